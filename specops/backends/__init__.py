@@ -1,0 +1,36 @@
+"""Backends: one module per backend, each exposing the same four functions on torch tensors.
+
+This is the internal interface between the torch custom ops (``specops/ops/``) and the
+kernels.  The public layer (``specops.api``) has already checked every argument and turned
+both public layouts into this canonical flattened one, so a backend never sees a wrong shape
+or dtype; native code must still never read out of bounds (it checks every row index against
+N / T and treats an out-of-range id as the end of the block, see ``specops.reference``).
+
+Canonical arguments (B requests, V vocabulary):
+
+* ``target``  [N, V] float32/bfloat16/float16 logits, or float32 probabilities when
+  ``target_is_probs``; ``target.stride(1) == 1``, any row stride.  Request b's row j is
+  ``target[target_row_start[b] + j]``.
+* ``draft_ids`` [T] int64; request b's id j is ``draft_ids[draft_row_start[b] + j]``.
+* ``draft`` [T, V] (same row indexing as draft_ids) float32 probs (``draft_is_probs``) or
+  logits of any float dtype, or None (point-mass drafts); ``stride(1) == 1``.
+* ``target_row_start``, ``draft_row_start``, ``num_draft``: [B] int64.
+* ``inv_temp`` [B] float32 (0 = greedy), ``top_k`` [B] int64 (0 = off), ``top_p`` [B]
+  float32 (1 = off), ``min_p`` [B] float32 (0 = off), ``seed`` [B] int64, ``offset`` [B]
+  int64; ``max_k`` int (output width is max_k + 1); ``greedy`` [B] bool.
+
+Functions (all return new tensors on the input's device):
+
+* ``verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start, num_draft,
+  draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k)
+  -> (token_ids [B, max_k+1] int32, num_accepted [B] int32, valid [B] bool)``
+  == ``reference.verify_rows_ref``.
+* ``sampling_probs(logits [N, V], inv_temp [N], top_k [N], top_p [N], min_p [N])
+  -> (probs [N, V] float32 contiguous, valid [N] bool)`` == ``reference.sampling_probs_ref``.
+* ``accept(target_probs [N, V] f32, target_row_start, draft_ids, draft_row_start, num_draft,
+  draft_probs [T, V] f32 | None, greedy, seed, offset, max_k) -> num_accepted [B] int32``
+  == ``reference.accept_ref``.
+* ``residual_sample(target_probs, target_row_start, draft_ids, draft_row_start, num_draft,
+  draft_probs | None, greedy, seed, offset, num_accepted [B] int32, max_k)
+  -> token [B] int32`` == ``reference.residual_sample_ref``.
+"""

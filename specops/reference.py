@@ -1,0 +1,662 @@
+"""specops reference: the numpy oracle whose docstring is the specification.
+
+Every backend (this module, the C++ path ``specops._C``, the Triton path
+``specops.triton_kernels``) implements exactly what is written here, and the tests hold them
+to it token for token.  Where ``shared/DESIGN.md`` is silent or ambiguous, the reading chosen
+is written down here (marked *Reading*).
+
+1. The job
+----------
+Request b proposed ``K_b`` draft tokens ``y_0..y_{K_b-1}``; the target scored ``K_b + 1`` rows.
+Walk ``j = 0, 1, ...``:
+
+* accept ``y_j`` iff ``u_j * q_j(y_j) < p_j(y_j)`` (strict; evaluated in float64 on the
+  float32 values; ``u_j = w0 * 2**-32``);
+* on the first rejection emit one token drawn from the residual
+  ``r_j(x) = p_j(x) - q_j(x) if p_j(x) > q_j(x) else 0`` (float32 subtraction) and stop;
+* if all ``K_b`` drafts are accepted, emit a bonus token drawn from ``p_{K_b}``.
+
+Output row b: accepted drafts, then the correction/bonus token, then ``-1``;
+``num_accepted[b]`` is the number of accepted drafts.
+
+*Point-mass drafts* (``draft_probs`` and ``draft_logits`` both None): ``q_j = one-hot(y_j)``,
+so accept iff ``u_j < p_j(y_j)`` and the residual is ``p_j`` with ``y_j`` zeroed (this is
+literally the formula above with a one-hot q, so every backend may skip reading q).
+
+*Greedy requests* (temperature 0): ``p_j`` is one-hot at the lowest-index argmax. Accept iff
+``y_j == argmax``; the correction and the bonus are the argmax. No random number is used (the
+output does not depend on seed or offset, and no seed is drawn from a generator for an
+all-greedy batch).  With ``target_probs`` the argmax is taken over the given probabilities.
+
+*Ragged blocks* (Reading): the effective block length of request b is
+``min(num_draft_tokens[b], index of the first draft id that is < 0 or >= V)``.  A ``-1`` at
+position j therefore ends the block: position j emits a token drawn from ``p_j`` (the bonus
+rule, stream tag 1 at position j), which is also exactly what a rejected "no-token" draft
+with point mass nowhere would emit.  Rows after the last one a request needs are never read.
+The public API rejects ids ``>= V`` and ``< -1`` with ValueError; the native code treats them
+as the end of the block so that no out-of-range index is ever used.
+
+2. The target transform (logits -> probabilities), identical in every backend
+-----------------------------------------------------------------------------
+For a row of logits ``l`` (any float dtype, upcast to float32 exactly) and per-request
+parameters:
+
+1. ``x = l * inv_t`` in float32, where ``inv_t = float32(1.0 / float64(float32(T)))`` is
+   computed once on the host (no division on the device).
+2. top-k (``0 < k < V``): ``thr`` = the k-th largest ``x``; keep ``x >= thr`` (ties kept).
+3. ``m = max x``; ``e = pexp(x - m)`` for kept tokens, ``0`` for masked ones. ``pexp`` is the
+   portable exp below, so ``e`` is bit-identical everywhere; the argmax token has ``e = 1``.
+4. Integer masses ``E = trunc(e * 2**40)`` (int64; the product is exact) and ``S = sum E``
+   (integer sums do not depend on order; ``V <= 2**22`` keeps it below 2**63).
+5. top-p (``top_p < 1``): ``tau`` = the largest value among the ``e`` such that
+   ``float64(sum of E over tokens with e >= tau) >= float64(top_p) * float64(S)``;
+   keep ``e >= tau`` (ties kept).  This is "the smallest set of highest-probability tokens
+   whose mass >= top_p", with mass measured in the integer units (*Reading*: ordering is by
+   ``e``, which orders exactly like the probabilities up to their last rounding).
+6. min-p (``min_p > 0``): keep ``e >= min_p`` (float32 compare). Since ``max e = 1`` this is
+   ``p >= min_p * max p`` without a division.
+7. Renormalise: ``S' = sum of E over kept``;
+   ``p = float32(float64(e) * 2**40 / float64(S'))`` for kept tokens, 0 otherwise; values
+   below ``FLT_MIN`` are flushed to 0 so that flush-to-zero hardware agrees.
+
+``pexp(d)`` for ``d <= 0`` (all float32, every operation rounded separately — no fused
+multiply-add; C++ builds with ``-ffp-contract=off``, Triton with ``enable_fp_fusion=False``):
+``0`` if ``not d >= -86``; else ``n = (d * LOG2E + 1.5*2**23) - 1.5*2**23`` (round to
+nearest even), ``r = (d - n * LN2_HI) - n * LN2_LO``, ``s = Horner(EXP_COEFFS, r)``,
+result ``s * 2**n`` (2**n built from its bits; n >= -125 so the result is normal).
+
+Greedy rows skip the transform: the token is the lowest-index argmax of the float32 logits.
+
+3. Validity (NaN / inf policy)
+------------------------------
+* A logits row is *invalid* if it contains NaN or +inf (before or after scaling by
+  ``inv_t``), or if every entry is -inf.
+* A probability row (``target_probs``) is *invalid* unless every entry is in ``[0, 1]``
+  (NaN fails) and ``0 < sum trunc(p * 2**32) <= 2**34`` (mass in (0, 4], which also keeps
+  the 2**60-scaled integer sums below 2**63).
+* The verifier checks every target row it reads in full: with logits that is every row up to
+  the sampled one (the softmax normaliser needs the whole row); with ``target_probs`` the
+  accept test reads only ``p_j(y_j)`` (a NaN there rejects) and the full check applies to the
+  row sampled from (and to every row for greedy requests).
+* If a row at position j is invalid, the request's output is its accepted drafts, then
+  ``-1`` at position j and after; ``num_accepted = j``; ``valid[b] = False``.  Neighbouring
+  requests are unaffected.  No id outside ``[-1, V)`` is ever emitted.
+* Draft side (*Reading*): a draft-logits row that is invalid is treated as ``q = NaN``
+  everywhere.  NaN in ``q`` makes the accept test false (reject) and contributes 0 to the
+  residual, and a residual of mass 0 falls back to ``p``: so an unusable draft row is always
+  rejected and its position sampled from the target, which keeps the output law exact.
+
+4. Randomness: Philox4x32-10 stream layout
+------------------------------------------
+``key = (seed & 0xffffffff, seed >> 32)`` and counter
+``(j, tag, offset & 0xffffffff, offset >> 32)``, where seed and offset are read as 64-bit
+two's complement patterns and j is the position inside the request's block.
+
+* tag 0 at position j: ``u_j = w0 * 2**-32`` (accept uniform);
+* tag 1 at the sampled position j*: ``U = w0 | (w1 << 32)`` (64-bit draw uniform).
+
+A request's stream depends only on its own seed and offset: results are batch-invariant.
+An engine advances ``offset`` between calls (for example by 1 per step); with a
+``torch.Generator`` (or neither seed nor generator: torch's default generator) one int64 seed
+per request is drawn with ``torch.randint`` and offset is 0.
+
+5. The integer inverse-CDF draw
+-------------------------------
+Weights ``W_i = trunc(r_i * 2**60)`` (int64), ``r`` = the residual, or ``p`` for a bonus /
+end-of-block draw.  ``S = sum W``.  If ``S == 0`` (p and q equal up to rounding, or q NaN),
+use ``W_i = trunc(p_i * 2**60)``.  ``t = floor(U * S / 2**64)`` (exact 128-bit product);
+the token is the smallest i with ``W_0 + ... + W_i > t``.  If S is still 0 the row is
+invalid (cannot happen for a valid row).
+
+6. What is bit-identical across backends, and what is not
+---------------------------------------------------------
+* From probabilities (``target_probs``, ``draft_probs``): every backend emits identical
+  token ids for identical seeds and offsets.  Only exact float32/float64 comparisons,
+  float32 subtraction and integer arithmetic are involved.
+* From logits: the transform above uses only correctly rounded IEEE operations in a fixed
+  order, integer sums and ``pexp``; the C++ path (built with ``-ffp-contract=off``) and this
+  module compute bit-identical probabilities, and therefore identical tokens, on every row.
+  The Triton path does too under the interpreter; compiled on a GPU it does as long as the
+  compiler keeps the operations unfused (``enable_fp_fusion=False``) and the float64
+  division correctly rounded; checked by ``bench/gpu_check.sh`` where a GPU is available.
+* Not bit-identical by design: nothing in the verifier.  The only approximation is the
+  accept uniform's 2**-32 resolution: the implemented acceptance probability is
+  ``#{w : w * 2**-32 * q < p} / 2**32``, within 2**-32 of ``min(1, p/q)``.
+  ``exact_output_law`` uses ``min(1, p/q)`` (the algorithm) and the implemented
+  residual/bonus weights ``W / S`` (exact integers).
+
+The reference itself is written for clarity (a loop over requests, numpy per row); it is the
+oracle, not a fast path.
+"""
+from __future__ import annotations
+
+import itertools
+from dataclasses import dataclass
+from typing import Callable, Optional, Sequence, Union
+
+import numpy as np
+
+# ----------------------------------------------------------------------------- constants
+E_SCALE_BITS = 40          # integer masses of e in the transform
+W_SCALE_BITS = 60          # integer weights of the inverse-CDF draw
+P_CHECK_BITS = 32          # coarse mass check of probability rows
+MAX_VOCAB = 1 << 22
+FLT_MIN = np.float32(np.finfo(np.float32).tiny)
+
+PHILOX_M0 = 0xD2511F53
+PHILOX_M1 = 0xCD9E8D57
+PHILOX_W0 = 0x9E3779B9
+PHILOX_W1 = 0xBB67AE85
+PHILOX_ROUNDS = 10
+TAG_ACCEPT = 0
+TAG_SAMPLE = 1
+
+EXP_CUTOFF = np.float32(-86.0)
+EXP_LOG2E = np.float32(1.44269502162933349609375)        # float32(log2(e))
+EXP_ROUND = np.float32(12582912.0)                        # 1.5 * 2**23
+EXP_LN2_HI = np.float32(0.693145751953125)               # 12 significant bits: n*HI exact
+EXP_LN2_LO = np.float32(1.428606765330187045e-06)
+# Taylor coefficients of exp on |r| <= ln2/2, highest degree first (Horner order).
+EXP_COEFFS = tuple(np.float32(c) for c in (
+    1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0))
+
+_U32 = np.uint64(0xFFFFFFFF)
+
+
+# ----------------------------------------------------------------------------- Philox
+def philox4x32(c0, c1, c2, c3, k0, k1, rounds: int = PHILOX_ROUNDS):
+    """Vectorised Philox4x32-R (Random123). Arguments broadcast; returns four uint32 arrays."""
+    c0, c1, c2, c3, k0, k1 = (np.asarray(a, dtype=np.uint64) & _U32
+                              for a in np.broadcast_arrays(c0, c1, c2, c3, k0, k1))
+    m0, m1 = np.uint64(PHILOX_M0), np.uint64(PHILOX_M1)
+    for r in range(rounds):
+        if r:
+            k0 = (k0 + np.uint64(PHILOX_W0)) & _U32
+            k1 = (k1 + np.uint64(PHILOX_W1)) & _U32
+        p0 = m0 * c0          # < 2**64: exact in uint64
+        p1 = m1 * c2
+        hi0, lo0 = p0 >> np.uint64(32), p0 & _U32
+        hi1, lo1 = p1 >> np.uint64(32), p1 & _U32
+        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
+    return tuple(c.astype(np.uint32) for c in (c0, c1, c2, c3))
+
+
+def _split64(v):
+    """int64 (two's complement) -> (low, high) uint32 words."""
+    u = np.asarray(v, dtype=np.int64).astype(np.uint64)
+    return u & _U32, u >> np.uint64(32)
+
+
+def stream_words(seed, offset, position, tag):
+    """The four Philox output words of stream (seed, offset) at (position, tag)."""
+    k0, k1 = _split64(seed)
+    o0, o1 = _split64(offset)
+    return philox4x32(position, tag, o0, o1, k0, k1)
+
+
+def accept_uniform(seed, offset, position) -> np.ndarray:
+    """u_j = w0 * 2**-32 of stream tag 0, as float64 (exact)."""
+    w0 = stream_words(seed, offset, position, TAG_ACCEPT)[0]
+    return w0.astype(np.float64) * 2.0 ** -32
+
+
+def sample_uniform64(seed, offset, position) -> np.ndarray:
+    """U = w0 | (w1 << 32) of stream tag 1, as uint64."""
+    w0, w1 = stream_words(seed, offset, position, TAG_SAMPLE)[:2]
+    return w0.astype(np.uint64) | (w1.astype(np.uint64) << np.uint64(32))
+
+
+# ----------------------------------------------------------------------------- transform
+def pexp(d) -> np.ndarray:
+    """Portable float32 exp for d <= 0 (see module docstring, section 2)."""
+    d = np.asarray(d, dtype=np.float32)
+    with np.errstate(invalid="ignore", over="ignore"):
+        ok = d >= EXP_CUTOFF
+        dd = np.where(ok, d, np.float32(0.0)).astype(np.float32)
+        n = (dd * EXP_LOG2E + EXP_ROUND) - EXP_ROUND
+        r = (dd - n * EXP_LN2_HI) - n * EXP_LN2_LO
+        s = np.full_like(r, EXP_COEFFS[0])
+        for c in EXP_COEFFS[1:]:
+            s = s * r + c
+        scale = ((n.astype(np.int32) + 127) << 23).astype(np.int32).view(np.float32)
+        out = s * scale
+    return np.where(ok, out, np.float32(0.0)).astype(np.float32)
+
+
+def inv_temperature(temperature) -> np.ndarray:
+    """Host-side 1/T: float32(1 / float64(float32(T))); 0 for greedy (T == 0)."""
+    t = np.asarray(temperature, dtype=np.float32).astype(np.float64)
+    with np.errstate(divide="ignore"):
+        inv = np.where(t > 0, 1.0 / np.where(t > 0, t, 1.0), 0.0)
+    return inv.astype(np.float32)
+
+
+def logits_row_valid(x: np.ndarray) -> bool:
+    x = np.asarray(x, dtype=np.float32)
+    return bool(not np.isnan(x).any() and not np.isposinf(x).any()
+                and x.size > 0 and not np.isneginf(x).all())
+
+
+def probs_row_valid(p: np.ndarray) -> bool:
+    p = np.asarray(p, dtype=np.float32)
+    if not ((p >= 0) & (p <= 1)).all():
+        return False
+    mass = int(np.trunc(p.astype(np.float64) * 2.0 ** P_CHECK_BITS).astype(np.int64).sum())
+    return 0 < mass <= (1 << (P_CHECK_BITS + 2))
+
+
+def argmax_row(x: np.ndarray) -> int:
+    return int(np.argmax(np.asarray(x, dtype=np.float32)))   # numpy: lowest index on ties
+
+
+def _int_masses(e: np.ndarray) -> np.ndarray:
+    return (e.astype(np.float32) * np.float32(2.0 ** E_SCALE_BITS)).astype(np.int64)
+
+
+def top_p_threshold(e: np.ndarray, E: np.ndarray, top_p: np.float32) -> np.float32:
+    """Largest e-value tau with float64(mass of e >= tau) >= float64(top_p) * float64(S)."""
+    target = np.float64(np.float32(top_p)) * np.float64(int(E.sum()))
+    order = np.argsort(-e, kind="stable")
+    es, cum = e[order], np.cumsum(E[order])
+    group_end = np.ones(es.size, dtype=bool)
+    group_end[:-1] = es[:-1] != es[1:]
+    hit = np.nonzero(group_end & (cum.astype(np.float64) >= target))[0]
+    return es[hit[0]] if hit.size else es[-1]
+
+
+def transform_row(logits, inv_t, top_k=0, top_p=1.0, min_p=0.0):
+    """One row of logits -> (p float32 [V], valid). inv_t == 0 means greedy (one-hot)."""
+    l = np.asarray(logits).astype(np.float32)
+    V = l.size
+    p = np.zeros(V, dtype=np.float32)
+    if not logits_row_valid(l):
+        return p, False
+    inv_t = np.float32(inv_t)
+    if inv_t == 0:
+        p[argmax_row(l)] = 1.0
+        return p, True
+    x = l * inv_t
+    if not logits_row_valid(x):
+        return p, False
+    keep = np.ones(V, dtype=bool)
+    if 0 < int(top_k) < V:
+        thr = np.partition(x, V - int(top_k))[V - int(top_k)]
+        keep &= x >= thr
+    m = x.max()
+    e = np.where(keep, pexp(x - m), np.float32(0.0)).astype(np.float32)
+    E = _int_masses(e)
+    if np.float32(top_p) < 1:
+        keep &= e >= top_p_threshold(e, E, np.float32(top_p))
+    if np.float32(min_p) > 0:
+        keep &= e >= np.float32(min_p)
+    s_kept = int(E[keep].sum())
+    p = (e.astype(np.float64) * 2.0 ** E_SCALE_BITS / np.float64(s_kept)).astype(np.float32)
+    p = np.where(keep & (p >= FLT_MIN), p, np.float32(0.0)).astype(np.float32)
+    return p, True
+
+
+# ----------------------------------------------------------------------------- draws
+def integer_weights(r) -> np.ndarray:
+    return (np.asarray(r, dtype=np.float32) * np.float32(2.0 ** W_SCALE_BITS)).astype(np.int64)
+
+
+def residual_row(p: np.ndarray, q: Optional[np.ndarray], y: int) -> np.ndarray:
+    """r = p - q where p > q else 0 (float32); point-mass q (None) zeroes p at y."""
+    p = np.asarray(p, dtype=np.float32)
+    if q is None:
+        r = p.copy()
+        r[y] = 0
+        return r
+    q = np.asarray(q, dtype=np.float32)
+    with np.errstate(invalid="ignore"):
+        return np.where(p > q, p - q, np.float32(0.0)).astype(np.float32)
+
+
+def draw_index(W: np.ndarray, U: int) -> int:
+    """Smallest i with W_0 + ... + W_i > floor(U * S / 2**64); -1 if S == 0."""
+    S = int(W.sum())
+    if S <= 0:
+        return -1
+    t = (int(U) * S) >> 64
+    return int(np.searchsorted(np.cumsum(W), t, side="right"))
+
+
+def draw_from(r, p, U) -> int:
+    """Inverse-CDF draw over r, falling back to p when r has no mass."""
+    W = integer_weights(r)
+    if int(W.sum()) == 0:
+        W = integer_weights(p)
+    return draw_index(W, U)
+
+
+# ----------------------------------------------------------------------------- canonical core
+@dataclass
+class VerifyResult:
+    """Output of a verify call: token_ids [B, K+1] int32 (-1 padded), num_accepted [B] int32,
+    valid [B] bool (False where a target row read by the verifier was invalid)."""
+    token_ids: object
+    num_accepted: object
+    valid: object
+
+    def __iter__(self):
+        return iter((self.token_ids, self.num_accepted, self.valid))
+
+
+def _block_length(ids_b: np.ndarray, kb: int, V: int) -> int:
+    for j in range(kb):
+        if not 0 <= int(ids_b[j]) < V:
+            return j
+    return kb
+
+
+def verify_rows_ref(target, target_is_probs, target_row_start, draft_ids, draft_row_start,
+                    num_draft, draft, draft_is_probs, inv_temp, top_k, top_p, min_p,
+                    seed, offset, max_k, _variant: str = "exact"):
+    """The canonical verifier every backend implements (flattened layout).
+
+    target [N, V] (float logits or float32 probs), request b's row j is
+    ``target[target_row_start[b] + j]``; draft ids ``draft_ids[draft_row_start[b] + j]`` and
+    the draft row ``draft[draft_row_start[b] + j]`` (probs or logits, or None for point-mass
+    drafts); per-request [B] arrays for everything else.  Returns numpy
+    (token_ids [B, max_k + 1] int32, num_accepted [B] int32, valid [B] bool).
+
+    ``_variant`` selects the negative controls the statistical tests must reject:
+    "always_accept", "wrong_fallback" (sample p on rejection), "reused_uniform" (the accept
+    uniform's word reused as the draw's high word).
+    """
+    target = np.asarray(target)
+    V = target.shape[-1]
+    B = len(num_draft)
+    out = np.full((B, max_k + 1), -1, dtype=np.int32)
+    nacc = np.zeros(B, dtype=np.int32)
+    valid = np.ones(B, dtype=bool)
+    draft_ids = np.asarray(draft_ids).reshape(-1)
+    for b in range(B):
+        t0, d0 = int(target_row_start[b]), int(draft_row_start[b])
+        ids_b = draft_ids[d0:d0 + int(num_draft[b])]
+        kb = _block_length(ids_b, min(int(num_draft[b]), max_k), V)
+        greedy = np.float32(inv_temp[b]) == 0
+        sd, off = int(seed[b]), int(offset[b])
+
+        def target_p(j):
+            row = target[t0 + j]
+            if target_is_probs:
+                row = row.astype(np.float32)
+                if not probs_row_valid(row):
+                    return None
+                if greedy:
+                    onehot = np.zeros(V, dtype=np.float32)
+                    onehot[argmax_row(row)] = 1
+                    return onehot
+                return row
+            p, ok = transform_row(row, inv_temp[b], top_k[b], top_p[b], min_p[b])
+            return p if ok else None
+
+        def draft_q(j):
+            if draft is None:
+                return None
+            row = np.asarray(draft[d0 + j])
+            if draft_is_probs:
+                return row.astype(np.float32)
+            q, ok = transform_row(row, inv_temp[b], top_k[b], top_p[b], min_p[b])
+            return q if ok else np.full(V, np.nan, dtype=np.float32)
+
+        j, emitted = 0, None
+        while True:
+            if j == kb:                                   # bonus / end of block: draw from p
+                p = target_p(j)
+                if p is None:
+                    valid[b] = False
+                    break
+                if greedy:
+                    emitted = argmax_row(p)
+                else:
+                    emitted = draw_index(integer_weights(p), sample_uniform64(sd, off, j))
+                break
+            y = int(ids_b[j])
+            if target_is_probs and not greedy:
+                p_y = np.float32(target[t0 + j][y])       # accept test reads p_j(y_j) only
+                p = None
+            else:
+                p = target_p(j)
+                if p is None:
+                    valid[b] = False
+                    break
+                p_y = p[y]
+            q = draft_q(j)
+            q_y = np.float32(1.0) if q is None else q[y]
+            if greedy:
+                accepted = y == argmax_row(p)
+            elif _variant == "always_accept":
+                accepted = True
+            else:
+                u = accept_uniform(sd, off, j)
+                accepted = bool(u * np.float64(q_y) < np.float64(p_y))
+            if accepted:
+                out[b, j] = y
+                j += 1
+                continue
+            if p is None:
+                p = target_p(j)
+                if p is None:
+                    valid[b] = False
+                    break
+            if greedy:
+                emitted = argmax_row(p)
+            else:
+                U = sample_uniform64(sd, off, j)
+                if _variant == "reused_uniform":
+                    w0, w1 = stream_words(sd, off, j, TAG_ACCEPT)[:2]
+                    U = (int(w0) << 32) | int(w1)
+                r = p if _variant == "wrong_fallback" else residual_row(p, q, y)
+                emitted = draw_from(r, p, U)
+            break
+        nacc[b] = j
+        if emitted is None or emitted < 0:
+            valid[b] = False
+        else:
+            out[b, j] = emitted
+    return out, nacc, valid
+
+
+# ----------------------------------------------------------------------------- the three ops
+def sampling_probs_ref(logits, inv_temp, top_k, top_p, min_p):
+    """Op 1: rows of logits [N, V] + per-row params -> (probs [N, V] float32, valid [N])."""
+    logits = np.asarray(logits)
+    N, V = logits.shape
+    probs = np.zeros((N, V), dtype=np.float32)
+    valid = np.zeros(N, dtype=bool)
+    for i in range(N):
+        probs[i], valid[i] = transform_row(logits[i], inv_temp[i], top_k[i], top_p[i], min_p[i])
+    return probs, valid
+
+
+def accept_ref(target_probs, target_row_start, draft_ids, draft_row_start, num_draft,
+               draft_probs, greedy, seed, offset, max_k):
+    """Op 2: the accept walk over blocks of probabilities -> num_accepted [B] int32.
+
+    Greedy requests accept iff the draft is the row's lowest-index argmax."""
+    P = np.asarray(target_probs, dtype=np.float32)
+    V = P.shape[-1]
+    ids = np.asarray(draft_ids).reshape(-1)
+    B = len(num_draft)
+    nacc = np.zeros(B, dtype=np.int32)
+    for b in range(B):
+        t0, d0 = int(target_row_start[b]), int(draft_row_start[b])
+        kb = _block_length(ids[d0:d0 + int(num_draft[b])], min(int(num_draft[b]), max_k), V)
+        j = 0
+        while j < kb:
+            y = int(ids[d0 + j])
+            if greedy[b]:
+                ok = probs_row_valid(P[t0 + j]) and argmax_row(P[t0 + j]) == y
+            else:
+                q_y = 1.0 if draft_probs is None else np.float64(np.float32(draft_probs[d0 + j][y]))
+                ok = accept_uniform(seed[b], offset[b], j) * q_y < np.float64(P[t0 + j][y])
+            if not ok:
+                break
+            j += 1
+        nacc[b] = j
+    return nacc
+
+
+def residual_sample_ref(target_probs, target_row_start, draft_ids, draft_row_start, num_draft,
+                        draft_probs, greedy, seed, offset, num_accepted, max_k):
+    """Op 3: residual (or bonus) normalisation + integer inverse-CDF draw at row
+    j* = num_accepted[b] -> token [B] int32 (-1 where the row is invalid)."""
+    P = np.asarray(target_probs, dtype=np.float32)
+    V = P.shape[-1]
+    ids = np.asarray(draft_ids).reshape(-1)
+    B = len(num_draft)
+    tok = np.full(B, -1, dtype=np.int32)
+    for b in range(B):
+        t0, d0 = int(target_row_start[b]), int(draft_row_start[b])
+        kb = _block_length(ids[d0:d0 + int(num_draft[b])], min(int(num_draft[b]), max_k), V)
+        j = min(int(num_accepted[b]), kb)
+        p = P[t0 + j]
+        if not probs_row_valid(p):
+            continue
+        if greedy[b]:
+            tok[b] = argmax_row(p)
+            continue
+        U = sample_uniform64(seed[b], offset[b], j)
+        if j == kb:
+            tok[b] = draw_index(integer_weights(p), U)
+        else:
+            q = None if draft_probs is None else draft_probs[d0 + j]
+            tok[b] = draw_from(residual_row(p, q, int(ids[d0 + j])), p, U)
+    return tok
+
+
+# ----------------------------------------------------------------------------- public mirror
+def verify_block_ref(target_logits=None, draft_token_ids=None, draft_probs=None, *,
+                     target_probs=None, draft_logits=None, temperature=1.0, top_k=0,
+                     top_p=1.0, min_p=0.0, num_draft_tokens=None, cu_num_draft_tokens=None,
+                     seed=None, offset=None, generator=None):
+    """Same signature and outputs as ``specops.verify_block``, computed by this module."""
+    from specops.api import verify_block
+    return verify_block(target_logits, draft_token_ids, draft_probs, target_probs=target_probs,
+                        draft_logits=draft_logits, temperature=temperature, top_k=top_k,
+                        top_p=top_p, min_p=min_p, num_draft_tokens=num_draft_tokens,
+                        cu_num_draft_tokens=cu_num_draft_tokens, seed=seed, offset=offset,
+                        generator=generator, backend="reference")
+
+
+# ----------------------------------------------------------------------------- exact law
+RowFn = Callable[[tuple], np.ndarray]
+
+
+def _as_fn(rows) -> Optional[RowFn]:
+    if rows is None or callable(rows):
+        return rows
+    arr = np.asarray(rows)
+    return lambda prefix: arr[len(prefix)]
+
+
+def implemented_draw_law(r, p) -> np.ndarray:
+    """Exact law (float64) of ``draw_from(r, p, U)`` over a uniform 64-bit U: W_i / S, where
+    the rounding of t = floor(U S / 2**64) contributes at most 2**-64 per token."""
+    W = integer_weights(r)
+    if int(W.sum()) == 0:
+        W = integer_weights(p)
+    S = int(W.sum())
+    return np.array([int(w) / S for w in W], dtype=np.float64) if S else np.zeros(len(W))
+
+
+def accept_probability(p_y, q_y) -> float:
+    """P(u * q < p) for a continuous uniform u: min(1, p/q) (q = 0: 1 iff p > 0)."""
+    p_y, q_y = float(np.float32(p_y)), float(np.float32(q_y))
+    if not p_y > 0:
+        return 0.0
+    if q_y <= 0:
+        return 1.0
+    return min(1.0, p_y / q_y)
+
+
+def exact_output_law(target, draft, K: int, V: int, fallback: str = "residual"):
+    """Exact law of the verifier's output, for small V and K, in float64.
+
+    ``target(prefix) -> p`` and ``draft(prefix) -> q`` give the float32 conditionals after an
+    accepted prefix (tuples of ints); arrays [K+1, V] / [K, V] mean prefix-independent rows.
+    ``draft`` may also return an int (a point-mass drafter).  The output block (accepted
+    drafts then the correction/bonus, L tokens) is completed to K + 1 tokens by sampling the
+    target autoregressively; speculative sampling is exact iff that completed law equals the
+    target's own autoregressive law.
+
+    ``fallback``: "residual" (the algorithm) or "p" (the classic wrong fallback).
+    Returns a dict: ``law`` and ``target_law`` (arrays of shape [V] * (K + 1)), ``tv`` (total
+    variation distance between them), ``length_law`` (P(num_accepted = n), n = 0..K).
+    """
+    P, Q = _as_fn(target), _as_fn(draft)
+    law = np.zeros((V,) * (K + 1))
+    length_law = np.zeros(K + 1)
+
+    def pvec(prefix):
+        return np.asarray(P(prefix), dtype=np.float32)
+
+    def complete(seq, w):
+        if w == 0.0:
+            return
+        if len(seq) == K + 1:
+            law[seq] += w
+            return
+        p = pvec(seq).astype(np.float64)
+        p = p / p.sum()
+        for x in range(V):
+            complete(seq + (x,), w * p[x])
+
+    def walk(prefix, w):
+        j = len(prefix)
+        p = pvec(prefix)
+        if j == K:
+            length_law[j] += w
+            for x, px in enumerate(implemented_draw_law(p, p)):
+                complete(prefix + (x,), w * px)
+            return
+        qd = Q(prefix)
+        if np.ndim(qd) == 0:                       # point-mass drafter
+            q = np.zeros(V, dtype=np.float32)
+            q[int(qd)] = 1.0
+        else:
+            q = np.asarray(qd, dtype=np.float32)
+        reject = 0.0
+        for y in range(V):
+            if q[y] <= 0:
+                continue
+            a = accept_probability(p[y], q[y])
+            walk(prefix + (y,), w * float(q[y]) * a)
+            reject += float(q[y]) * (1.0 - a)
+        length_law[j] += w * reject
+        r = p if fallback == "p" else residual_row(p, q, 0)
+        for x, rx in enumerate(implemented_draw_law(r, p)):
+            complete(prefix + (x,), w * reject * rx)
+
+    walk((), 1.0)
+    target_law = np.zeros_like(law)
+    for seq in itertools.product(range(V), repeat=K + 1):
+        w = 1.0
+        for i in range(K + 1):
+            p = pvec(seq[:i]).astype(np.float64)
+            w *= p[seq[i]] / p.sum()
+        target_law[seq] = w
+    tv = 0.5 * float(np.abs(law - target_law).sum())
+    return {"law": law, "target_law": target_law, "tv": tv, "length_law": length_law}
+
+
+def accepted_length_law(p_rows, q_rows=None, draft_ids=None) -> np.ndarray:
+    """Analytic law of num_accepted for prefix-independent rows with drafts sampled from q:
+    P(n) = prod_{j<n} alpha_j * (1 - alpha_n), alpha_j = sum min(p_j, q_j); P(K) = prod alpha.
+    With point-mass drafts (q_rows None) alpha_j = p_j(draft_ids[j])."""
+    p_rows = np.asarray(p_rows, dtype=np.float64)
+    K = p_rows.shape[0] - 1
+    if q_rows is None:
+        alpha = [p_rows[j][int(draft_ids[j])] for j in range(K)]
+    else:
+        q_rows = np.asarray(q_rows, dtype=np.float64)
+        alpha = [np.minimum(p_rows[j], q_rows[j]).sum() for j in range(K)]
+    law = np.zeros(K + 1)
+    reach = 1.0
+    for n in range(K):
+        law[n] = reach * (1 - alpha[n])
+        reach *= alpha[n]
+    law[K] = reach
+    return law
