@@ -1,0 +1,82 @@
+"""Finding a backend module by name, with errors that say how to get a missing one."""
+from __future__ import annotations
+
+import importlib
+import os
+
+import torch
+
+BACKENDS = ("reference", "cpu", "triton")
+
+_HOW_TO_GET = {
+    "cpu": "the C++ extension specops._C is not built; reinstall specops with a C++17 "
+           "compiler and without SPECOPS_BUILD_CPP=0 (for example `pip install .`)",
+    "triton": "Triton is not importable; `pip install triton` (CUDA GPUs), or set "
+              "TRITON_INTERPRET=1 before importing triton to run the kernels on CPU",
+}
+_cache: dict = {}
+
+
+class BackendUnavailable(RuntimeError):
+    pass
+
+
+def load(name: str):
+    """Import specops.backends.<name>; raise BackendUnavailable saying how to get it."""
+    if name not in BACKENDS:
+        raise ValueError(f"backend must be one of 'auto', {', '.join(map(repr, BACKENDS))}; "
+                         f"got {name!r}")
+    if name not in _cache:
+        try:
+            _cache[name] = importlib.import_module(f"specops.backends.{name}")
+        except ImportError as exc:
+            raise BackendUnavailable(f"specops backend {name!r} is unavailable: "
+                                     f"{_HOW_TO_GET.get(name, '')} ({exc})") from exc
+    return _cache[name]
+
+
+def is_available(name: str, device: str = "cpu") -> bool:
+    if name == "triton" and device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        return False
+    if name == "cpu" and device != "cpu":
+        return False
+    try:
+        load(name)
+    except (BackendUnavailable, RuntimeError):
+        return False
+    return True
+
+
+def available_backends(device: str = "cpu") -> list:
+    """Backends that can run on `device` ("cpu" or "cuda") in this process."""
+    return [b for b in BACKENDS if is_available(b, device)
+            and not (b == "reference" and device != "cpu")]
+
+
+def resolve(backend: str, device: torch.device) -> str:
+    """Pick the backend for tensors on `device`, or explain why the requested one can't run."""
+    if not isinstance(backend, str):
+        raise TypeError(f"backend must be a str, got {type(backend).__name__}")
+    return _resolve(backend, device.type)
+
+
+@torch.compiler.assume_constant_result
+def _resolve(backend: str, dev: str) -> str:
+    # Imports backends: run eagerly even under torch.compile (the answer is a constant).
+    if backend == "auto":
+        if dev == "cuda":
+            load("triton")
+            return "triton"
+        return "cpu" if is_available("cpu") else "reference"
+    if backend not in BACKENDS:
+        raise ValueError(f"backend must be one of 'auto', {', '.join(map(repr, BACKENDS))}; "
+                         f"got {backend!r}")
+    if backend == "cpu" and dev != "cpu":
+        raise ValueError(f"backend='cpu' needs CPU tensors; target is on {dev}")
+    if backend == "reference" and dev != "cpu":
+        raise ValueError(f"backend='reference' needs CPU tensors; target is on {dev}")
+    if backend == "triton" and dev == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
+        raise BackendUnavailable("backend='triton' on CPU tensors needs TRITON_INTERPRET=1 "
+                                 "set before triton is imported (the Triton interpreter)")
+    load(backend)
+    return backend
