@@ -1,0 +1,148 @@
+"""Calibrated statistical tests (DESIGN.md section 4.3) with negative controls that must fail.
+
+Drafts are sampled from q; at each position j the emitted token among requests that reached j
+must follow p_j (chi-square goodness of fit), and num_accepted must follow its analytic law.
+Each test is run at a false-positive rate of 1e-6.  The same tests must reject the three
+classic mistakes: always accepting, sampling p on rejection, and reusing the accept uniform
+for the draw.
+"""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+
+import specops
+from specops import reference as R
+
+scipy_stats = pytest.importorskip("scipy.stats")
+
+ALPHA = 1e-6
+N = 20000
+P_ROWS = np.array([[0.05, 0.10, 0.15, 0.20, 0.25, 0.25],
+                   [0.30, 0.05, 0.05, 0.20, 0.10, 0.30],
+                   [0.10, 0.40, 0.10, 0.10, 0.20, 0.10],
+                   [0.20, 0.20, 0.20, 0.20, 0.10, 0.10]], dtype=np.float32)
+Q_ROWS = np.array([[0.30, 0.25, 0.20, 0.10, 0.10, 0.05],
+                   [0.10, 0.30, 0.30, 0.10, 0.10, 0.10],
+                   [0.05, 0.05, 0.30, 0.30, 0.20, 0.10]], dtype=np.float32)
+
+
+def chi2_pvalue(observed, expected_probs):
+    """Goodness-of-fit p-value; a count in a zero-probability cell is an immediate failure."""
+    observed = np.asarray(observed, dtype=np.float64)
+    expected_probs = np.asarray(expected_probs, dtype=np.float64)
+    expected_probs = expected_probs / expected_probs.sum()
+    if observed[expected_probs == 0].sum() > 0:
+        return 0.0
+    keep = expected_probs > 0
+    if keep.sum() < 2:
+        return 1.0
+    n = observed[keep].sum()
+    return float(scipy_stats.chisquare(observed[keep], n * expected_probs[keep]).pvalue)
+
+
+def law_pvalues(tokens, nacc, p_rows, length_law):
+    """Per-position p-values (conditional on reaching the position) and the length law's."""
+    K = p_rows.shape[0] - 1
+    V = p_rows.shape[1]
+    pvals = {}
+    for j in range(K + 1):
+        reached = nacc >= j
+        obs = np.bincount(tokens[reached, j], minlength=V)
+        pvals[f"position {j}"] = chi2_pvalue(obs, p_rows[j])
+    pvals["length"] = chi2_pvalue(np.bincount(nacc, minlength=K + 1), length_law)
+    return pvals
+
+
+def draft_ids(rng, q_rows, n):
+    return np.stack([rng.choice(q_rows.shape[1], size=n, p=q.astype(np.float64) / q.astype(np.float64).sum())
+                     for q in q_rows], axis=1)
+
+
+def run_reference_variant(variant, ids, p_rows, q_rows, seed0):
+    n, K = ids.shape
+    V = p_rows.shape[1]
+    target = np.broadcast_to(p_rows, (n, K + 1, V)).reshape(-1, V)
+    draft = np.broadcast_to(q_rows, (n, K, V)).reshape(-1, V)
+    ar = np.arange(n)
+    tok, nacc, valid = R.verify_rows_ref(
+        target, True, ar * (K + 1), ids.reshape(-1), ar * K, np.full(n, K), draft, True,
+        np.ones(n, np.float32), np.zeros(n, np.int64), np.ones(n, np.float32),
+        np.zeros(n, np.float32), seed0 + ar, np.zeros(n, np.int64), K, _variant=variant)
+    assert valid.all()
+    return tok, nacc
+
+
+def run_backend(backend, ids, p_rows, q_rows, seed0):
+    n, K = ids.shape
+    V = p_rows.shape[1]
+    out = specops.verify_block(
+        target_probs=torch.from_numpy(np.ascontiguousarray(np.broadcast_to(p_rows, (n, K + 1, V)))),
+        draft_token_ids=torch.from_numpy(ids),
+        draft_probs=torch.from_numpy(np.ascontiguousarray(np.broadcast_to(q_rows, (n, K, V)))),
+        seed=torch.arange(n) + seed0, offset=0, backend=backend)
+    assert out.valid.all()
+    return out.token_ids.numpy(), out.num_accepted.numpy()
+
+
+def test_reference_passes_and_negative_controls_fail():
+    rng = np.random.default_rng(11)
+    ids = draft_ids(rng, Q_ROWS, N)
+    length_law = R.accepted_length_law(P_ROWS, Q_ROWS)
+    results = {}
+    for variant in ("exact", "always_accept", "wrong_fallback", "reused_uniform"):
+        tok, nacc = run_reference_variant(variant, ids, P_ROWS, Q_ROWS, 1000)
+        results[variant] = law_pvalues(tok, nacc, P_ROWS, length_law)
+    assert min(results["exact"].values()) >= ALPHA, results["exact"]
+    for variant in ("always_accept", "wrong_fallback", "reused_uniform"):
+        assert min(results[variant].values()) < ALPHA, (variant, results[variant])
+
+
+BACKENDS = [b for b in ("cpu", "triton") if b in specops.available_backends()]
+
+
+@pytest.mark.skipif(not BACKENDS, reason="no native backend built")
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_backend_from_probabilities(backend):
+    n = N if backend == "cpu" else 2000          # the Triton interpreter is slow
+    rng = np.random.default_rng(12)
+    ids = draft_ids(rng, Q_ROWS, n)
+    tok, nacc = run_backend(backend, ids, P_ROWS, Q_ROWS, 5000)
+    pv = law_pvalues(tok, nacc, P_ROWS, R.accepted_length_law(P_ROWS, Q_ROWS))
+    assert min(pv.values()) >= ALPHA, pv
+
+
+@pytest.mark.skipif("cpu" not in specops.available_backends(), reason="C++ backend not built")
+@pytest.mark.parametrize("setting", [dict(temperature=0.8), dict(temperature=0.8, top_p=0.9),
+                                     dict(temperature=1.2, top_k=3, min_p=0.05)])
+@pytest.mark.parametrize("point_mass", [False, True])
+def test_cpu_from_logits_with_transforms(setting, point_mass):
+    """The transform's output is the law: p and q come from the reference transform."""
+    rng = np.random.default_rng(13)
+    K, V = 3, 8
+    tl = (rng.normal(size=(K + 1, V)) * 1.5).astype(np.float32)
+    dl = (tl[:K] + rng.normal(size=(K, V)).astype(np.float32)).astype(np.float32)
+    inv = R.inv_temperature(setting["temperature"])
+    kw = dict(top_k=setting.get("top_k", 0), top_p=setting.get("top_p", 1.0),
+              min_p=setting.get("min_p", 0.0))
+    p = np.stack([R.transform_row(r, inv, **kw)[0] for r in tl])
+    if point_mass:
+        q = None
+        ids = np.tile(rng.choice(V, size=K, p=p[0].astype(np.float64) / p[0].astype(np.float64).sum()), (N, 1))
+    else:
+        q = np.stack([R.transform_row(r, inv, **kw)[0] for r in dl])
+        ids = draft_ids(rng, q, N)
+    out = specops.verify_block(
+        torch.from_numpy(np.ascontiguousarray(np.broadcast_to(tl, (N, K + 1, V)))),
+        torch.from_numpy(ids), None, seed=torch.arange(N) + 77, offset=3,
+        draft_logits=None if point_mass else torch.from_numpy(
+            np.ascontiguousarray(np.broadcast_to(dl, (N, K, V)))),
+        backend="cpu", **setting)
+    tok, nacc = out.token_ids.numpy(), out.num_accepted.numpy()
+    if point_mass:
+        length = R.accepted_length_law(p, None, ids[0])
+    else:
+        length = R.accepted_length_law(p, q)
+    pv = law_pvalues(tok, nacc, p, length)
+    assert min(pv.values()) >= ALPHA, pv
