@@ -39,6 +39,8 @@ def chi2_pvalue(observed, expected_probs):
     if keep.sum() < 2:
         return 1.0
     n = observed[keep].sum()
+    if n == 0:                       # nobody reached this position: no evidence either way
+        return 1.0
     return float(scipy_stats.chisquare(observed[keep], n * expected_probs[keep]).pvalue)
 
 
@@ -129,7 +131,10 @@ def test_cpu_from_logits_with_transforms(setting, point_mass):
     p = np.stack([R.transform_row(r, inv, **kw)[0] for r in tl])
     if point_mass:
         q = None
-        ids = np.tile(rng.choice(V, size=K, p=p[0].astype(np.float64) / p[0].astype(np.float64).sum()), (N, 1))
+        # one fixed drafter guess per position, drawn from that position's target row
+        guess = [rng.choice(V, p=p[j].astype(np.float64) / p[j].astype(np.float64).sum())
+                 for j in range(K)]
+        ids = np.tile(np.array(guess), (N, 1))
     else:
         q = np.stack([R.transform_row(r, inv, **kw)[0] for r in dl])
         ids = draft_ids(rng, q, N)

@@ -1,0 +1,262 @@
+"""CPU benchmark suite: ``python -m bench`` (or ``specops bench``).
+
+Every number is a median over alternating repetitions measured in one run, reported as a
+ratio to the memory floor (reading the target logits and draft probabilities once) measured
+in the same run, and as a speedup over the peers (torch-eager verifier, Hugging Face's
+per-request ``_speculative_sampling``).  Results go to stdout and to a markdown file.
+"""
+from __future__ import annotations
+
+import argparse
+import datetime
+import os
+import platform
+import statistics
+import sys
+import time
+
+import torch
+
+import specops
+from bench import peers
+
+SETTINGS = {
+    "greedy": dict(temperature=0.0),
+    "t0.8": dict(temperature=0.8),
+    "t0.8+top_p0.95": dict(temperature=0.8, top_p=0.95),
+    "top_k50": dict(temperature=1.0, top_k=50),
+}
+
+
+def make_inputs(B, K, V, dtype=torch.float32, noise=1.0, seed=0):
+    """Target logits with a realistic spread; the draft is the target plus noise, and the draft
+    tokens are sampled from the draft distribution so acceptance is realistic."""
+    g = torch.Generator().manual_seed(seed)
+    target = torch.randn(B, K + 1, V, generator=g) * 2.0
+    draft_logits = target[:, :K] + noise * torch.randn(B, K, V, generator=g)
+    return target.to(dtype), draft_logits
+
+
+def draft_side(draft_logits, setting, g):
+    q = peers._transform(draft_logits, setting.get("temperature") or 1.0,
+                         setting.get("top_k", 0), setting.get("top_p", 1.0))
+    B, K, V = q.shape
+    ids = torch.multinomial(q.reshape(-1, V), 1, generator=g).reshape(B, K)
+    return q.contiguous(), ids
+
+
+def timeit(fns: dict, reps: int, min_time: float = 0.0):
+    """Median seconds of each callable, calls alternating between them."""
+    times = {k: [] for k in fns}
+    for fn in fns.values():                 # warm-up
+        fn()
+    t_start = time.perf_counter()
+    r = 0
+    while r < reps or (time.perf_counter() - t_start < min_time and r < 4 * reps):
+        for k, fn in fns.items():
+            t0 = time.perf_counter()
+            fn()
+            times[k].append(time.perf_counter() - t0)
+        r += 1
+    return {k: statistics.median(v) for k, v in times.items()}
+
+
+def run_config(B, K, V, setting_name, reps, with_hf=False, with_ref=False, noise=1.0,
+               backend="cpu"):
+    setting = SETTINGS[setting_name]
+    g = torch.Generator().manual_seed(1)
+    target, draft_logits = make_inputs(B, K, V, noise=noise)
+    q, ids = draft_side(draft_logits, setting, g)
+    seed = torch.arange(B)
+    offset = torch.zeros(B, dtype=torch.int64)
+    spec_kw = dict(seed=seed, offset=offset, **setting)
+    fns = {
+        "floor": lambda: peers.floor(target, q),
+        "specops": lambda: specops.verify_block(target, ids, q, backend=backend, **spec_kw),
+        "eager": lambda: peers.eager_verify(target, ids, q, generator=g, **{
+            "temperature": setting.get("temperature", 1.0), "top_k": setting.get("top_k", 0),
+            "top_p": setting.get("top_p", 1.0)}),
+    }
+    if with_hf and peers.hf_available() and setting_name in ("t0.8",):
+        fns["hf"] = lambda: peers.hf_verify(target, ids, draft_logits,
+                                            setting.get("temperature") or 1.0)
+    res = timeit(fns, reps)
+    if with_ref:
+        res.update(timeit({"reference": lambda: specops.verify_block(
+            target, ids, q, backend="reference", **spec_kw)}, 1))
+    out = specops.verify_block(target, ids, q, backend=backend, **spec_kw)
+    res["accepted"] = float(out.num_accepted.float().mean())
+    res["rows_read"] = float((out.num_accepted.float() + 1).clamp(max=K + 1).mean())
+    res["bytes"] = target.numel() * target.element_size() + q.numel() * 4
+    return res
+
+
+def fmt_row(name, B, K, V, res):
+    f = res["floor"]
+    s = res["specops"]
+    cells = [name, str(B), str(K), str(V), f"{s * 1e3:.3f}", f"{f * 1e3:.3f}", f"{s / f:.2f}",
+             f"{res['eager'] / s:.1f}"]
+    cells.append(f"{res['hf'] / s:.1f}" if "hf" in res else "-")
+    cells.append(f"{res['reference'] / s:.0f}" if "reference" in res else "-")
+    cells.append(f"{res['bytes'] / s / 1e9:.1f}")
+    cells.append(f"{res['accepted']:.2f}")
+    return "| " + " | ".join(cells) + " |"
+
+
+HEADER = ("| setting | B | K | V | specops ms | floor ms | x floor | eager/specops | hf/specops "
+          "| ref/specops | input GB/s | mean accepted |\n"
+          "|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def latency_case(reps):
+    """B=1, K=4, V=32000: the whole Python-to-result call, and how much of it is dispatch."""
+    B, K, V = 1, 4, 32000
+    setting = SETTINGS["t0.8"]
+    g = torch.Generator().manual_seed(2)
+    target, dl = make_inputs(B, K, V)
+    q, ids = draft_side(dl, setting, g)
+    seed, offset = torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)
+    from specops import api
+    from specops.backends import cpu as cpu_backend
+    from specops.ops import verify_op
+    a = api._prepare(target, ids, q, None, None, 0.8, 0, 1.0, 0.0, None, None, seed, offset,
+                     None)
+    fns = {
+        "verify_block (public call)": lambda: specops.verify_block(
+            target, ids, q, temperature=0.8, seed=seed, offset=offset, backend="cpu"),
+        "argument checks only": lambda: api._prepare(target, ids, q, None, None, 0.8, 0, 1.0,
+                                                     0.0, None, None, seed, offset, None),
+        "custom op (torch.library)": lambda: verify_op(**a, backend="cpu"),
+        "backend function (no dispatcher)": lambda: cpu_backend.verify(**a),
+        "floor (sum of inputs)": lambda: peers.floor(target, q),
+    }
+    return timeit(fns, reps)
+
+
+def scaling(reps):
+    """Time vs acceptance rate (rows touched) at B=32, K=8, V=32000, t0.8."""
+    rows = []
+    for noise in (0.0, 0.3, 1.0, 3.0, 10.0):
+        res = run_config(32, 8, 32000, "t0.8", reps, noise=noise)
+        rows.append((noise, res))
+    return rows
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    ap.add_argument("--quick", action="store_true", help="fewer shapes and repetitions")
+    ap.add_argument("--reps", type=int, default=None)
+    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
+                                                  "cpu.md"))
+    ap.add_argument("--plot", default=None, help="PNG of time vs V and vs B (matplotlib)")
+    ap.add_argument("--backend", default="cpu")
+    args = ap.parse_args(argv)
+    if "cpu" not in specops.available_backends() and args.backend == "cpu":
+        sys.exit("the C++ backend is not built: pip install . (without SPECOPS_BUILD_CPP=0)")
+    reps = args.reps or (3 if args.quick else 7)
+    torch.set_num_threads(os.cpu_count() or 1)
+    t_begin = time.time()
+    lines = []
+
+    def emit(s=""):
+        print(s, flush=True)
+        lines.append(s)
+
+    cpu_model = "unknown"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu_model = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    emit("# specops CPU benchmark")
+    emit()
+    emit(f"- command: `python -m bench {' '.join(argv if argv is not None else sys.argv[1:])}`")
+    emit(f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}")
+    emit(f"- machine: {os.cpu_count()} cores, {cpu_model}, {platform.platform()}")
+    emit(f"- torch {torch.__version__}, threads {torch.get_num_threads()}, specops backend "
+         f"`{args.backend}`, medians of {reps} alternating repetitions")
+    emit("- ratios: `x floor` = specops / (torch sum over target logits + draft probs); "
+         "`eager/specops`, `hf/specops`, `ref/specops` = peer time / specops time")
+    emit()
+    emit("## Targets: B=32, K=4, V=128256, fp32 logits + fp32 draft probs")
+    emit()
+    emit(HEADER)
+    main_rows = {}
+    for name in SETTINGS:
+        res = run_config(32, 4, 128256, name, reps, with_hf=True, with_ref=not args.quick)
+        main_rows[name] = res
+        emit(fmt_row(name, 32, 4, 128256, res))
+    emit()
+    emit("## Reference shapes (DESIGN.md section 6)")
+    emit()
+    emit(HEADER)
+    sweep_v, sweep_b = [], []
+    shapes = [(32, 4, V) for V in (32000, 128256, 151936)]
+    shapes += [(B, 4, 128256) for B in (1, 8, 64)]
+    shapes += [(32, K, 128256) for K in (1, 8)]
+    if args.quick:
+        shapes = [(32, 4, 32000), (8, 4, 128256), (64, 4, 128256), (32, 8, 32000)]
+    for B, K, V in shapes:
+        for name in (SETTINGS if not args.quick else ("t0.8", "t0.8+top_p0.95")):
+            if (B, K, V) == (32, 4, 128256) and name in main_rows:
+                res = main_rows[name]
+            else:
+                res = run_config(B, K, V, name, max(3, reps // 2), with_hf=(B == 1))
+            emit(fmt_row(name, B, K, V, res))
+            if name == "t0.8" and (B, K) == (32, 4):
+                sweep_v.append((V, res))
+            if name == "t0.8" and (K, V) == (4, 128256):
+                sweep_b.append((B, res))
+    emit()
+    emit("## Latency case: B=1, K=4, V=32000, t0.8 (whole call vs its parts)")
+    emit()
+    emit("| what | median us |")
+    emit("|---|---|")
+    lat = latency_case(max(reps * 20, 50))
+    for k, v in lat.items():
+        emit(f"| {k} | {v * 1e6:.1f} |")
+    emit()
+    emit("## Scaling with the acceptance rate: B=32, K=8, V=32000, t0.8")
+    emit()
+    emit("| draft noise | mean accepted | rows read / request | specops ms | x floor |")
+    emit("|---|---|---|---|---|")
+    for noise, res in scaling(max(3, reps // 2)):
+        emit(f"| {noise} | {res['accepted']:.2f} | {res['rows_read']:.2f} | "
+             f"{res['specops'] * 1e3:.3f} | {res['specops'] / res['floor']:.2f} |")
+    emit()
+    emit(f"Total wall time: {time.time() - t_begin:.0f} s")
+    if args.out:
+        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+        with open(args.out, "w") as f:
+            f.write("\n".join(lines) + "\n")
+        print(f"wrote {args.out}")
+    if args.plot:
+        plot(args.plot, sweep_v, sweep_b)
+
+
+def plot(path, sweep_v, sweep_b):
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    fig, axes = plt.subplots(1, 2, figsize=(10, 4))
+    for ax, sweep, label in ((axes[0], sweep_v, "V (B=32, K=4)"),
+                             (axes[1], sweep_b, "B (K=4, V=128256)")):
+        if not sweep:
+            continue
+        xs = [x for x, _ in sweep]
+        for key, style in (("specops", "o-"), ("floor", "k--"), ("eager", "s-")):
+            ax.plot(xs, [r[key] * 1e3 for _, r in sweep], style, label=key)
+        ax.set_xlabel(label)
+        ax.set_ylabel("ms (median)")
+        ax.set_yscale("log")
+        ax.legend()
+        ax.set_title(f"t0.8: time vs {label.split()[0]}")
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    print(f"wrote {path}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,166 @@
+"""`specops audit`: all checks pass on the defaults, the JSON schema, exit statuses."""
+import json
+import math
+import os
+import subprocess
+import sys
+
+import pytest
+
+from specops import audit, cli, lab
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def default_json():
+    """One full default audit (grid included), shared by the schema tests."""
+    import io
+    from contextlib import redirect_stdout
+    buf = io.StringIO()
+    with redirect_stdout(buf):
+        rc = cli.main(["audit", "--json"])
+    return rc, buf.getvalue()
+
+
+def test_audit_defaults_all_pass(default_json):
+    rc, out = default_json
+    report = json.loads(out)
+    failed = [c for c in report["checks"] if not c["passed"]]
+    assert rc == 0, failed
+    assert report["summary"] == {"passed": len(report["checks"]),
+                                 "total": len(report["checks"]), "all_passed": True}
+
+
+def test_json_schema(default_json):
+    _, out = default_json
+    assert out.count("\n") == 1                       # one JSON object on one line
+    report = json.loads(out)
+    checks = report["checks"]
+    assert isinstance(checks, list) and len(checks) >= 20
+    names = [c["name"] for c in checks]
+    assert len(set(names)) == len(names)
+    for c in checks:
+        assert set(c) == {"name", "passed", "value"}
+        assert isinstance(c["name"], str) and isinstance(c["passed"], bool)
+        assert isinstance(c["value"], (int, float, str, bool))
+    grid = report["grid"]
+    assert grid["settings"] >= 1296
+    assert grid["worst_exact_tv"] <= 1e-12
+    assert grid["all_speeds_finite"] is True and grid["wrong_token_counts"] == 0
+    assert set(grid["knobs"]) == {"certainty", "match", "gamma", "cost", "length", "seed"}
+    assert all(len(v) > 1 for v in grid["knobs"].values())
+    for section in ("knobs", "one_token", "sequence", "selfcheck", "backends", "exact_law"):
+        assert section in report
+    for name in lab.available_backends():
+        assert f"trace_deterministic[{name}]" in names
+        assert f"exactness_selfcheck[{name}]" in names
+    assert {r["backend"] for r in report["selfcheck"]["backends"]} == set(report["backends"])
+    one = report["one_token"]
+    assert abs(one["alpha"] - (1 - one["tv_pq"])) <= 1e-12
+    assert one["corrected_tv"] <= 1e-12 and one["wrong_tv"] > 0
+    seq = report["sequence"]
+    assert seq["length"] == lab.DEFAULT_KNOBS.length == len(seq["tokens"])
+    assert math.isfinite(seq["toy_speedup"]) and math.isfinite(seq["estimated_speedup"])
+    assert report["elapsed_s"] < 30
+
+
+def test_required_checks_present(default_json):
+    names = {c["name"] for c in json.loads(default_json[1])["checks"]}
+    for required in ("knob_sanitation", "target_rows_normalised", "draft_rows_normalised",
+                     "residual_mass_equals_1_minus_alpha", "alpha_equals_1_minus_tv",
+                     "corrected_distribution_equals_target", "wrong_fallback_biased",
+                     "latency_ledger_balances", "trace_token_count_exact",
+                     "cross_backend_trace_agreement", "grid_worst_exact_tv",
+                     "grid_speeds_finite", "grid_token_counts_exact"):
+        assert required in names
+
+
+def test_human_output(capsys):
+    rc = cli.main(["audit", "--no-grid", "--length", "20", "--gamma", "3"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    n = len(audit.run_audit(lab.Knobs(length=20, gamma=3), grid=False)["checks"])
+    assert f"{n}/{n} checks passed" in out.splitlines()[-1]
+    for text in ("alpha = sum min(p, q)", "wrong fallback", "target calls", "toy speedup",
+                 "best gamma", "Exactness self-check", "PASS"):
+        assert text in out
+    assert "FAIL" not in out
+
+
+def test_exit_status_1_when_a_check_fails(monkeypatch, capsys):
+    monkeypatch.setattr(lab, "estimated_speedup", lambda *a, **k: float("inf"))
+    rc = cli.main(["audit", "--no-grid"])
+    out = capsys.readouterr().out
+    assert rc == 1
+    assert "FAIL  speeds_finite" in out
+    last = out.strip().splitlines()[-1]
+    passed, total = last.split()[0].split("/")
+    assert int(passed) < int(total)
+
+
+def test_exit_status_1_json(monkeypatch, capsys):
+    bad = lab.one_token_view
+
+    def broken(model, state=None):
+        v = bad(model, state)
+        v["corrected_tv"] = 1e-3
+        return v
+    monkeypatch.setattr(lab, "one_token_view", broken)
+    rc = cli.main(["audit", "--no-grid", "--json"])
+    report = json.loads(capsys.readouterr().out)
+    assert rc == 1 and report["summary"]["all_passed"] is False
+    failed = [c["name"] for c in report["checks"] if not c["passed"]]
+    assert failed == ["corrected_distribution_equals_target"]
+
+
+@pytest.mark.parametrize("args,knob", [(["--gamma", "0"], "gamma"),
+                                       (["--certainty", "nan"], "certainty"),
+                                       (["--match", "1.5"], "match"),
+                                       (["--cost", "-1"], "cost"),
+                                       (["--length", "2.5"], "length"),
+                                       (["--seed", "x"], "seed")])
+def test_bad_knobs_exit_2(args, knob, capsys):
+    rc = cli.main(["audit", *args])
+    err = capsys.readouterr().err
+    assert rc == 2
+    assert f"knob '{knob}'" in err and "must be" in err
+
+
+def test_unavailable_backend_exit_2(capsys, monkeypatch):
+    monkeypatch.setattr(lab, "available_backends", lambda: ["reference"])
+    rc = cli.main(["audit", "--backend", "cpu"])
+    assert rc == 2
+    assert "not available" in capsys.readouterr().err
+
+
+def test_no_subcommand_prints_help(capsys):
+    assert cli.main([]) == 2
+    assert "audit" in capsys.readouterr().err
+
+
+def test_plot(tmp_path, capsys):
+    pytest.importorskip("matplotlib")
+    path = tmp_path / "audit.png"
+    rc = cli.main(["audit", "--no-grid", "--length", "12", "--plot", str(path)])
+    assert rc == 0
+    with open(path, "rb") as f:
+        assert f.read(8) == b"\x89PNG\r\n\x1a\n"
+
+
+def test_plot_without_matplotlib(monkeypatch, capsys, tmp_path):
+    monkeypatch.setitem(sys.modules, "matplotlib", None)      # import raises ImportError
+    rc = cli.main(["audit", "--no-grid", "--plot", str(tmp_path / "x.png")])
+    assert rc == 2
+    assert "pip install matplotlib" in capsys.readouterr().err
+    with pytest.raises(RuntimeError, match="matplotlib"):
+        audit.plot_report({}, str(tmp_path / "y.png"))
+
+
+def test_python_dash_m(tmp_path):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    p = subprocess.run([sys.executable, "-m", "specops", "audit", "--no-grid", "--length", "8",
+                        "--json"], capture_output=True, text=True, cwd=tmp_path, env=env,
+                       timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert json.loads(p.stdout)["summary"]["all_passed"] is True

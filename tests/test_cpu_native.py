@@ -1,0 +1,433 @@
+"""The C++ CPU backend (specops._C / specops.backends.cpu) against the numpy reference.
+
+Everything here is bitwise: Philox words, pexp bits, probabilities (torch.equal) and token ids.
+"""
+import numpy as np
+import pytest
+import torch
+
+_C = pytest.importorskip(
+    "specops._C",
+    reason="specops._C (the C++ CPU backend) is not built: run `pip install -e .` "
+           "(SPECOPS_BUILD_CPP=0 skips it)")
+
+from specops import reference as R  # noqa: E402
+from specops.backends import cpu  # noqa: E402
+from specops.backends import reference as ref  # noqa: E402
+
+try:  # the suite-wide row counter (tests/conftest.py), if present
+    from conftest import count_rows as _count_rows
+except Exception:  # pragma: no cover
+    _count_rows = None
+
+ROWS = {}
+
+
+def count(key, n):
+    ROWS[key] = ROWS.get(key, 0) + int(n)
+    if _count_rows is not None:
+        _count_rows("cpu_native/" + key, n)
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _report_rows():
+    yield
+    print("\n[test_cpu_native] rows compared bitwise: " +
+          ", ".join(f"{k}={v}" for k, v in sorted(ROWS.items())))
+
+
+DTYPES = [torch.float32, torch.bfloat16, torch.float16]
+KAT = "/work/shared/philox_kat.txt"
+
+
+# ----------------------------------------------------------------------------- Philox
+def _kat_lines():
+    import os
+    here = os.path.dirname(os.path.abspath(__file__))
+    for path in (KAT, os.path.join(here, "..", "shared", "philox_kat.txt"),
+                 os.path.join(here, "philox_kat.txt")):
+        if os.path.exists(path):
+            with open(path) as f:
+                return [[int(x, 16) for x in ln.split()] for ln in f
+                        if ln.strip() and not ln.startswith("#")]
+    return [  # Random123's published vectors
+        [0, 0, 0, 0, 0, 0, 0x6627e8d5, 0xe169c58d, 0xbc57ac4c, 0x9b00dbd8],
+        [0xffffffff] * 6 + [0x408f276d, 0x41c83b0e, 0xa20bc7c6, 0x6d5451fd],
+        [0x243f6a88, 0x85a308d3, 0x13198a2e, 0x03707344, 0xa4093822, 0x299f31d0,
+         0xd16cfe09, 0x94fdcceb, 0x5001e420, 0x24126ea1]]
+
+
+def test_philox_kat():
+    lines = _kat_lines()
+    assert lines
+    for v in lines:
+        assert _C.philox(*v[:6]) == tuple(v[6:]), [hex(x) for x in v]
+
+
+def test_philox_matches_reference_random():
+    rng = np.random.default_rng(1)
+    a = rng.integers(0, 2 ** 32, size=(6, 2000), dtype=np.uint64)
+    want = np.stack(R.philox4x32(*a), axis=1)
+    got = np.array([_C.philox(*(int(x) for x in a[:, i])) for i in range(a.shape[1])],
+                   dtype=np.uint32)
+    assert np.array_equal(got, want)
+
+
+# ----------------------------------------------------------------------------- pexp
+def test_pexp_bitwise():
+    rng = np.random.default_rng(2)
+    f32 = np.float32
+    specials = np.array([-np.inf, np.nan, -0.0, 0.0, -86.0, -85.99999, -86.00001,
+                         np.nextafter(f32(-86), f32(0)), np.nextafter(f32(-86), f32(-100)),
+                         -87.0, -88.72, -100.0, -1e30, -np.finfo(f32).tiny, -1e-45, -1.4e-45,
+                         -2.9e-45, -1e-40, -1e-38, -1e-30, -1e-10, -1e-7, -6e-8,
+                         np.nextafter(f32(0), f32(-1)), -0.34657359, -0.34657360, -0.5,
+                         -0.6931472, -1.0, -10.0, -50.0, -85.0], dtype=f32)
+    grid = np.linspace(-90, 0, 1_000_001, dtype=np.float64).astype(f32)
+    # random float32 bit patterns of negative numbers in [-90, -0]
+    bits = rng.integers(0x80000000, 0xC2B40001, size=1_000_000, dtype=np.uint64)
+    randf = bits.astype(np.uint32).view(f32)
+    x = np.concatenate([specials, grid, randf, -grid[::7] * 1e-30])
+    got, want = _C.pexp(x), R.pexp(x)
+    assert got.dtype == np.float32 and got.shape == x.shape
+    assert np.array_equal(got.view(np.uint32), want.view(np.uint32))
+    count("pexp_values", x.size)
+
+
+# ----------------------------------------------------------------------------- transform
+SETTINGS = {  # name: (temperature, top_k, top_p, min_p)
+    "greedy": (0.0, 0, 1.0, 0.0),
+    "temp0.8": (0.8, 0, 1.0, 0.0),
+    "top_k50": (1.0, 50, 1.0, 0.0),
+    "top_p0.95": (0.8, 0, 0.95, 0.0),
+    "min_p0.05": (0.7, 0, 1.0, 0.05),
+    "combined": (0.9, 40, 0.9, 0.02),
+    "top_k1": (1.3, 1, 1.0, 0.0),
+    "top_k_ge_V": (1.0, 1 << 23, 1.0, 0.0),
+    "tiny_top_p": (1.0, 0, 1e-3, 0.0),
+    "hot": (3.0, 0, 0.5, 0.0),
+}
+
+
+def _logit_rows(rng, n, V, dtype, specials=True):
+    """n rows of logits with ties, -inf entries and (optionally) invalid rows."""
+    x = torch.from_numpy(rng.standard_normal((n, V)).astype(np.float32) * 3)
+    kinds = rng.integers(0, 8, size=n)
+    for i in range(n):
+        k = kinds[i]
+        if k == 1:            # heavy ties
+            x[i] = torch.round(x[i])
+        elif k == 2 and V > 1:  # some -inf entries
+            x[i, torch.from_numpy(rng.random(V) < 0.3)] = -float("inf")
+            x[i, int(rng.integers(V))] = 1.0
+        elif k == 3:          # a flat row (all equal)
+            x[i] = 0.5
+        elif k == 4:          # large magnitudes (e underflows for most tokens)
+            x[i] = x[i] * 30
+        elif specials and k == 5:
+            x[i, int(rng.integers(V))] = float("nan")
+        elif specials and k == 6:
+            x[i] = -float("inf")
+        elif specials and k == 7:
+            x[i, int(rng.integers(V))] = float("inf")
+    return x.to(dtype)
+
+
+def _params(names, n):
+    t = np.array([SETTINGS[names[i % len(names)]][0] for i in range(n)], dtype=np.float32)
+    return (torch.from_numpy(R.inv_temperature(t)),
+            torch.tensor([SETTINGS[names[i % len(names)]][1] for i in range(n)],
+                         dtype=torch.int64),
+            torch.tensor([SETTINGS[names[i % len(names)]][2] for i in range(n)],
+                         dtype=torch.float32),
+            torch.tensor([SETTINGS[names[i % len(names)]][3] for i in range(n)],
+                         dtype=torch.float32))
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
+@pytest.mark.parametrize("V", [1, 2, 7, 1000, 32000])
+def test_sampling_probs_bitwise(V, dtype):
+    rng = np.random.default_rng(V * 7 + DTYPES.index(dtype))
+    names = list(SETTINGS)
+    n = 3 * len(names) if V <= 1000 else len(names)
+    logits = _logit_rows(rng, n, V, dtype)
+    params = _params(names, n)
+    p_cpu, v_cpu = cpu.sampling_probs(logits, *params)
+    p_ref, v_ref = ref.sampling_probs(logits, *params)
+    assert p_cpu.dtype == torch.float32 and p_cpu.shape == (n, V)
+    bad = [i for i in range(n) if not torch.equal(p_cpu[i], p_ref[i])]
+    assert not bad, f"rows differ: {bad[:10]} settings {[names[i % len(names)] for i in bad[:10]]}"
+    assert torch.equal(v_cpu, v_ref)
+    count("sampling_probs", n)
+
+
+def test_sampling_probs_strided_rows():
+    rng = np.random.default_rng(5)
+    big = _logit_rows(rng, 12, 300, torch.float32, specials=False)
+    view = big[::2, 10:260]                 # row stride 600, unit column stride
+    params = _params(list(SETTINGS), view.shape[0])
+    a, va = cpu.sampling_probs(view, *params)
+    b, vb = ref.sampling_probs(view, *params)
+    assert torch.equal(a, b) and torch.equal(va, vb)
+    count("sampling_probs", view.shape[0])
+
+
+# ----------------------------------------------------------------------------- verify
+def _canonical(B, K, V, nd, layout, rng):
+    """Row starts for the padded ([B, K+1] / [B, K]) or the packed (vLLM) layout."""
+    if layout == "padded":
+        trs = torch.arange(B, dtype=torch.int64) * (K + 1)
+        drs = torch.arange(B, dtype=torch.int64) * K
+        N, T = B * (K + 1), B * K
+    else:
+        kb = torch.clamp(nd, min=0)
+        trs = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(kb + 1, 0)[:-1]])
+        drs = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(kb, 0)[:-1]])
+        N, T = int((kb + 1).sum()), int(kb.sum())
+    return trs, drs, N, T
+
+
+def _random_batch(rng, B, K, V, dtype, draft_kind, target_kind, greedy_mode, layout,
+                  specials=True):
+    nd = torch.from_numpy(rng.integers(0, K + 1, size=B)).to(torch.int64)
+    if rng.random() < 0.5:
+        nd[0] = K
+    trs, drs, N, T = _canonical(B, K, V, nd, layout, rng)
+    names = [n for n in SETTINGS if n != "greedy"]
+    if greedy_mode == "all":
+        names = ["greedy"]
+    elif greedy_mode == "mixed":
+        names = names + ["greedy", "greedy"]
+    pick = rng.permutation(B) % len(names)
+    params = _params([names[i] for i in pick], B)
+    base = torch.from_numpy(rng.standard_normal((1, V)).astype(np.float32) * 2.5)
+    tl = base + 0.7 * torch.from_numpy(rng.standard_normal((N, V)).astype(np.float32))
+    dl = base + 0.7 * torch.from_numpy(rng.standard_normal((max(T, 0), V)).astype(np.float32))
+    if specials:
+        for M in (tl, dl):
+            for i in range(M.shape[0]):
+                r = rng.random()
+                if r < 0.03:
+                    M[i, int(rng.integers(V))] = float("nan")
+                elif r < 0.05:
+                    M[i] = -float("inf")
+                elif r < 0.07:
+                    M[i, int(rng.integers(V))] = float("inf")
+                elif r < 0.10 and V > 2:
+                    M[i, torch.from_numpy(rng.random(V) < 0.5)] = -float("inf")
+                    M[i, 0] = 0.0
+    # draft ids: mostly sampled from the draft's own distribution (so many get accepted)
+    qp, _ = ref.sampling_probs(dl, torch.ones(T), torch.zeros(T, dtype=torch.int64),
+                               torch.ones(T), torch.zeros(T))
+    ids = torch.zeros(T, dtype=torch.int64)
+    for t in range(T):
+        row = qp[t].double().numpy()
+        ids[t] = int(rng.choice(V, p=row / row.sum())) if row.sum() > 0 else int(rng.integers(V))
+        if specials and rng.random() < 0.04:
+            ids[t] = -1 if rng.random() < 0.7 else V + int(rng.integers(3))
+    if target_kind == "probs":
+        it = torch.from_numpy(R.inv_temperature(np.full(N, 0.9, dtype=np.float32)))
+        target, _ = ref.sampling_probs(tl, it, torch.zeros(N, dtype=torch.int64),
+                                       torch.full((N,), 0.97), torch.zeros(N))
+        if specials:
+            for i in range(N):
+                r = rng.random()
+                if r < 0.03:
+                    target[i, int(rng.integers(V))] = float("nan")
+                elif r < 0.05:
+                    target[i, int(rng.integers(V))] = -0.25
+                elif r < 0.07:
+                    target[i] = 0.0
+                elif r < 0.09:
+                    target[i] = 1.0 if V <= 4 else 0.9
+        target_is_probs = True
+    else:
+        target, target_is_probs = tl.to(dtype), False
+    draft, draft_is_probs = None, False
+    if draft_kind == "probs":
+        itd = torch.from_numpy(R.inv_temperature(np.full(T, 1.0, dtype=np.float32)))
+        draft, _ = ref.sampling_probs(dl, itd, torch.zeros(T, dtype=torch.int64),
+                                      torch.ones(T), torch.zeros(T))
+        if specials and T:
+            draft[int(rng.integers(T)), int(rng.integers(V))] = float("nan")
+        draft_is_probs = True
+    elif draft_kind == "logits":
+        draft = dl.to(dtype)
+    seed = torch.from_numpy(rng.integers(-2 ** 63, 2 ** 63 - 1, size=B, dtype=np.int64))
+    offset = torch.from_numpy(rng.integers(-2 ** 40, 2 ** 40, size=B, dtype=np.int64))
+    return (target, target_is_probs, trs, ids, drs, nd, draft, draft_is_probs, *params,
+            seed, offset, K)
+
+
+def _check_verify(args):
+    a = cpu.verify(*args)
+    b = ref.verify(*args)
+    for x, y, name in zip(a, b, ("token_ids", "num_accepted", "valid")):
+        assert x.dtype == y.dtype, name
+        if not torch.equal(x, y):
+            bad = (x != y).reshape(x.shape[0], -1).any(1).nonzero().flatten().tolist()
+            raise AssertionError(f"{name} differs for requests {bad[:8]}: cpu={x[bad[:4]]} "
+                                 f"ref={y[bad[:4]]}")
+    tok, nacc, valid = a
+    V = args[0].shape[1]
+    assert int(tok.min()) >= -1 and int(tok.max()) < V
+    count("verify_requests", tok.shape[0])
+    count("verify_target_rows_read", int((nacc + 1).sum()))
+    return a
+
+
+VERIFY_CASES = [
+    # (V, B, K, dtype, draft_kind, target_kind, greedy_mode, layout)
+    (7, 24, 4, torch.float32, "probs", "logits", "none", "padded"),
+    (7, 24, 4, torch.float32, "none", "logits", "mixed", "packed"),
+    (2, 24, 3, torch.float16, "logits", "logits", "mixed", "padded"),
+    (1, 8, 2, torch.float32, "probs", "logits", "mixed", "padded"),
+    (50, 24, 5, torch.bfloat16, "logits", "logits", "mixed", "packed"),
+    (50, 24, 5, torch.float16, "probs", "logits", "none", "padded"),
+    (50, 24, 5, torch.float32, "none", "probs", "mixed", "packed"),
+    (50, 24, 5, torch.float32, "probs", "probs", "none", "padded"),
+    (50, 24, 5, torch.float32, "logits", "probs", "mixed", "padded"),
+    (1000, 16, 4, torch.float32, "logits", "logits", "mixed", "padded"),
+    (1000, 16, 4, torch.bfloat16, "none", "logits", "none", "packed"),
+    (1000, 16, 4, torch.float32, "probs", "probs", "mixed", "padded"),
+    (1000, 12, 3, torch.float32, "none", "logits", "all", "padded"),
+    (1000, 12, 3, torch.float16, "logits", "logits", "all", "packed"),
+    (32000, 4, 3, torch.float32, "logits", "logits", "mixed", "padded"),
+    (32000, 4, 3, torch.bfloat16, "probs", "logits", "none", "packed"),
+]
+
+
+@pytest.mark.parametrize("case", VERIFY_CASES, ids=lambda c: "-".join(
+    str(x).split(".")[-1] for x in c))
+def test_verify_bitwise(case):
+    V, B, K, dtype, draft_kind, target_kind, greedy_mode, layout = case
+    rng = np.random.default_rng(hash(tuple(map(str, case))) % 2 ** 32)
+    reps = 3 if V <= 1000 else 1
+    for _ in range(reps):
+        _check_verify(_random_batch(rng, B, K, V, dtype, draft_kind, target_kind, greedy_mode,
+                                    layout))
+
+
+def test_verify_point_mass_acceptance_is_exercised():
+    """Drafts equal to the argmax of a peaked target: most positions accept, some reject."""
+    rng = np.random.default_rng(11)
+    B, K, V = 32, 6, 100
+    args = list(_random_batch(rng, B, K, V, torch.float32, "none", "logits", "mixed",
+                              "padded", specials=False))
+    target = args[0].view(B, K + 1, V)
+    target.mul_(4.0)
+    ids = target[:, :K].argmax(-1)
+    flip = torch.from_numpy(rng.random((B, K)) < 0.1)
+    ids[flip] = torch.from_numpy(rng.integers(0, V, size=int(flip.sum())))
+    args[3] = ids.reshape(-1).to(torch.int64)
+    tok, nacc, valid = _check_verify(tuple(args))
+    assert int(nacc.sum()) > B  # acceptance really happened
+    assert bool(valid.all())
+
+
+def test_verify_strided_target_and_batch_invariance():
+    rng = np.random.default_rng(12)
+    B, K, V = 6, 3, 200
+    args = list(_random_batch(rng, B, K, V, torch.float32, "logits", "logits", "none",
+                              "padded", specials=False))
+    big = torch.zeros(args[0].shape[0], V + 37)
+    big[:, 5:5 + V] = args[0]
+    args[0] = big[:, 5:5 + V]              # row stride V + 37
+    full = _check_verify(tuple(args))
+    # request 2 alone (its own seed/offset, same rows) gives the same output row
+    one = list(args)
+    for i in (2, 4, 5, 8, 9, 10, 11, 12, 13):  # per-request [B] arrays
+        one[i] = args[i][2:3]
+    tok, nacc, valid = cpu.verify(*one)
+    assert torch.equal(tok[0], full[0][2]) and int(nacc[0]) == int(full[1][2])
+
+
+# ----------------------------------------------------------------------------- the three ops
+@pytest.mark.parametrize("V,draft_kind", [(7, "probs"), (7, "none"), (300, "probs"),
+                                          (300, "none"), (32000, "probs")])
+def test_accept_and_residual_sample_bitwise(V, draft_kind):
+    rng = np.random.default_rng(V + len(draft_kind))
+    B, K = (24, 4) if V < 32000 else (4, 3)
+    for _ in range(3 if V < 32000 else 1):
+        (target, _, trs, ids, drs, nd, draft, _, it, tk, tp, mp, seed, offset,
+         max_k) = _random_batch(rng, B, K, V, torch.float32, draft_kind, "probs", "mixed",
+                                "packed")
+        greedy = it == 0
+        a = cpu.accept(target, trs, ids, drs, nd, draft, greedy, seed, offset, max_k)
+        b = ref.accept(target, trs, ids, drs, nd, draft, greedy, seed, offset, max_k)
+        assert a.dtype == torch.int32 and torch.equal(a, b)
+        for na in (a, torch.from_numpy(rng.integers(0, K + 3, size=B).astype(np.int32))):
+            x = cpu.residual_sample(target, trs, ids, drs, nd, draft, greedy, seed, offset,
+                                    na, max_k)
+            y = ref.residual_sample(target, trs, ids, drs, nd, draft, greedy, seed, offset,
+                                    na, max_k)
+            assert x.dtype == torch.int32 and torch.equal(x, y)
+            assert int(x.min()) >= -1 and int(x.max()) < V
+        count("accept_requests", B)
+        count("residual_sample_requests", 2 * B)
+
+
+# ----------------------------------------------------------------------------- fuzz safety
+def test_fuzz_garbage_indices_never_crash():
+    rng = np.random.default_rng(13)
+    big = [2 ** 62, -2 ** 62, 2 ** 63 - 1, -2 ** 63, 10 ** 9, -10 ** 9, -1, 0]
+    for it_ in range(60):
+        V = int(rng.choice([1, 3, 64]))
+        N, T, B = int(rng.integers(0, 6)), int(rng.integers(0, 6)), int(rng.integers(1, 6))
+        target = torch.randn(max(N, 0), V)
+        if it_ % 3 == 0:
+            target = torch.rand(N, V)
+        draft_kind = ["none", "probs", "logits"][it_ % 3]
+        draft = None if draft_kind == "none" else torch.rand(T, V)
+
+        def garbage(n, lo, hi):
+            v = rng.integers(lo, hi, size=n).astype(np.int64)
+            m = rng.random(n) < 0.4
+            v[m] = rng.choice(big, size=int(m.sum()))
+            return torch.from_numpy(v)
+
+        trs, drs = garbage(B, -3, N + 3), garbage(B, -3, T + 3)
+        nd = garbage(B, -3, 10)
+        ids = garbage(T, -3, V + 3)
+        max_k = int(rng.integers(0, 8))
+        it = torch.from_numpy(rng.choice([0.0, 1.0, 1.7], size=B).astype(np.float32))
+        tk = garbage(B, -2, V + 2)
+        tp = torch.from_numpy(rng.choice([1.0, 0.5, 0.0, -1.0, np.nan], size=B)
+                              .astype(np.float32))
+        mp = torch.from_numpy(rng.choice([0.0, 0.5, 2.0, np.nan], size=B).astype(np.float32))
+        seed, offset = garbage(B, -5, 5), garbage(B, -5, 5)
+        for is_probs in (False, True):
+            tok, nacc, valid = cpu.verify(target, is_probs, trs, ids, drs, nd, draft,
+                                          draft_kind == "probs", it, tk, tp, mp, seed, offset,
+                                          max_k)
+            assert tok.shape == (B, max_k + 1)
+            assert int(tok.min()) >= -1 and int(tok.max()) < V
+            assert int(nacc.min()) >= 0 and int(nacc.max()) <= max_k
+        probs_draft = draft if draft_kind == "probs" else None
+        greedy = it == 0
+        nacc = cpu.accept(target.abs(), trs, ids, drs, nd, probs_draft, greedy, seed, offset,
+                          max_k)
+        assert int(nacc.min()) >= 0 and int(nacc.max()) <= max_k
+        na = garbage(B, -3, 10).clamp(-2 ** 31, 2 ** 31 - 1).to(torch.int32)
+        tok = cpu.residual_sample(target.abs(), trs, ids, drs, nd, probs_draft, greedy, seed,
+                                  offset, na, max_k)
+        assert int(tok.min()) >= -1 and int(tok.max()) < V
+        Nr = target.shape[0]
+        rows = lambda t: t.repeat(Nr // B + 1)[:Nr]  # noqa: E731
+        p, v = cpu.sampling_probs(target, rows(it), rows(tk), rows(tp), rows(mp))
+        assert p.shape == target.shape
+        assert not bool(torch.isnan(p).any()) and bool(((p >= 0) & (p <= 1)).all())
+    count("fuzz_calls", 60)
+
+
+def test_empty_batch_and_zero_k():
+    V = 10
+    target = torch.randn(3, V)
+    e = torch.zeros(0, dtype=torch.int64)
+    tok, nacc, valid = cpu.verify(target, False, e, e, e, e, None, False,
+                                  torch.zeros(0), e, torch.zeros(0), torch.zeros(0), e, e, 0)
+    assert tok.shape == (0, 1) and nacc.shape == (0,) and valid.shape == (0,)
+    one = torch.zeros(1, dtype=torch.int64)
+    args = (target, False, one, e, one, one, None, False, torch.ones(1), one, torch.ones(1),
+            torch.zeros(1), one, one, 0)
+    _check_verify(args)
