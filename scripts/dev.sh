@@ -1,0 +1,28 @@
+#!/usr/bin/env bash
+# The two set-up commands of the README, on a fresh machine or again (idempotent):
+#   bash scripts/dev.sh audit   install specops into .venv and run `specops audit`
+#   bash scripts/dev.sh test    install specops + test tools into .venv and run every test
+# torch is pinned to the CPU build 2.13.0 here (the development environment only); the
+# package itself asks for a range (pyproject.toml).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+what="${1:-}"
+case "$what" in audit|test) ;; *) echo "usage: bash scripts/dev.sh audit|test" >&2; exit 2;; esac
+VENV="${SPECOPS_VENV:-.venv}"
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+PY="$VENV/bin/python"
+pip_q() { "$PY" -m pip install -q --disable-pip-version-check "$@"; }
+pip_q torch==2.13.0
+if [ "$what" = audit ]; then
+  pip_q -e .
+  exec "$VENV/bin/specops" audit
+fi
+pip_q triton
+pip_q -e ".[test,bench]"
+# Triton kernels run on the CPU through Triton's interpreter (no GPU here).
+export TRITON_INTERPRET=1
+"$PY" -m pytest -q tests
+if [ -f ci/setup_vllm_env.sh ] && [ "${SPECOPS_SKIP_VLLM:-0}" != 1 ]; then
+  bash ci/setup_vllm_env.sh
+  bash ci/run_vllm_tests.sh
+fi
