@@ -285,11 +285,22 @@ def best_backend(available: Optional[Sequence[str]] = None) -> str:
 
 
 def available_backends() -> List[str]:
+    """``specops.available_backends()`` (CPU tensors), plus "triton" when it can run on a
+    CUDA device here (the lab then moves that backend's tensors to the GPU); falls back to
+    ["reference"]."""
     try:
         import specops
         names = list(specops.available_backends())
     except Exception:       # pragma: no cover - a broken install still gets the oracle
         names = []
+    if "triton" not in names:
+        try:
+            import torch
+            import specops
+            if torch.cuda.is_available() and "triton" in specops.available_backends("cuda"):
+                names.append("triton")
+        except Exception:   # pragma: no cover
+            pass
     return names or ["reference"]
 
 

@@ -12,6 +12,16 @@ from specops import audit, cli, lab
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 
+FAST = [b for b in lab.available_backends() if b != "triton"] or ["reference"]
+
+
+@pytest.fixture
+def fast_backends(monkeypatch):
+    """Tests of the CLI's mechanics skip the Triton interpreter (slow on CPU); the default
+    audit below still runs on every available backend."""
+    monkeypatch.setattr(lab, "available_backends", lambda: list(FAST))
+
+
 @pytest.fixture(scope="module")
 def default_json():
     """One full default audit (grid included), shared by the schema tests."""
@@ -76,7 +86,7 @@ def test_required_checks_present(default_json):
         assert required in names
 
 
-def test_human_output(capsys):
+def test_human_output(capsys, fast_backends):
     rc = cli.main(["audit", "--no-grid", "--length", "20", "--gamma", "3"])
     out = capsys.readouterr().out
     assert rc == 0
@@ -88,7 +98,7 @@ def test_human_output(capsys):
     assert "FAIL" not in out
 
 
-def test_exit_status_1_when_a_check_fails(monkeypatch, capsys):
+def test_exit_status_1_when_a_check_fails(monkeypatch, capsys, fast_backends):
     monkeypatch.setattr(lab, "estimated_speedup", lambda *a, **k: float("inf"))
     rc = cli.main(["audit", "--no-grid"])
     out = capsys.readouterr().out
@@ -99,7 +109,7 @@ def test_exit_status_1_when_a_check_fails(monkeypatch, capsys):
     assert int(passed) < int(total)
 
 
-def test_exit_status_1_json(monkeypatch, capsys):
+def test_exit_status_1_json(monkeypatch, capsys, fast_backends):
     bad = lab.one_token_view
 
     def broken(model, state=None):
@@ -139,7 +149,7 @@ def test_no_subcommand_prints_help(capsys):
     assert "audit" in capsys.readouterr().err
 
 
-def test_plot(tmp_path, capsys):
+def test_plot(tmp_path, capsys, fast_backends):
     pytest.importorskip("matplotlib")
     path = tmp_path / "audit.png"
     rc = cli.main(["audit", "--no-grid", "--length", "12", "--plot", str(path)])
@@ -148,7 +158,7 @@ def test_plot(tmp_path, capsys):
         assert f.read(8) == b"\x89PNG\r\n\x1a\n"
 
 
-def test_plot_without_matplotlib(monkeypatch, capsys, tmp_path):
+def test_plot_without_matplotlib(monkeypatch, capsys, tmp_path, fast_backends):
     monkeypatch.setitem(sys.modules, "matplotlib", None)      # import raises ImportError
     rc = cli.main(["audit", "--no-grid", "--plot", str(tmp_path / "x.png")])
     assert rc == 2
@@ -159,8 +169,40 @@ def test_plot_without_matplotlib(monkeypatch, capsys, tmp_path):
 
 def test_python_dash_m(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("TRITON_INTERPRET", None)          # keep it fast: no interpreted Triton
     p = subprocess.run([sys.executable, "-m", "specops", "audit", "--no-grid", "--length", "8",
                         "--json"], capture_output=True, text=True, cwd=tmp_path, env=env,
                        timeout=120)
     assert p.returncode == 0, p.stderr
     assert json.loads(p.stdout)["summary"]["all_passed"] is True
+
+
+def test_selfcheck_catches_a_wrong_backend(monkeypatch, fast_backends):
+    """Negative control: a backend whose tokens differ from the oracle fails its row."""
+    real = audit._public
+
+    def off_by_one(x, case, backend):
+        tok, nacc, valid = real(x, case, backend)
+        if backend == "reference" and case == "logits":
+            tok = tok.copy()
+            tok[0, nacc[0]] = (tok[0, nacc[0]] + 1) % audit.SELF_V
+        return tok, nacc, valid
+    monkeypatch.setattr(audit, "_public", off_by_one)
+    law = audit.selfcheck_law()
+    assert law["tv"] <= 1e-12 and law["wrong_fallback_tv"] > 1e-3
+    rows, checks = audit.selfcheck(["reference"], {}, law)
+    assert rows[0]["logits"] == f"{audit.SELF_B - 1}/{audit.SELF_B}"
+    assert rows[0]["probs"] == rows[0]["flat"] == f"{audit.SELF_B}/{audit.SELF_B}"
+    assert not checks[0]["passed"] and checks[0]["name"] == "exactness_selfcheck[reference]"
+
+
+def test_selfcheck_batch_exercises_the_policies():
+    """The fixed batch reaches accepts, rejections, bonus tokens and an invalid row."""
+    x = audit._selfcheck_inputs()
+    for case in ("probs", "logits", "point_mass"):
+        tok, nacc, valid = audit._oracle(x, case)
+        assert (nacc > 0).any() and (nacc == 0).any()
+    tok, nacc, valid = audit._oracle(x, "logits")
+    assert not valid.all() and (tok[~valid] == -1).all()
+    tok, nacc, valid = audit._oracle(x, "probs")
+    assert (nacc == x["num_draft"]).any()                 # a bonus token somewhere
