@@ -106,6 +106,8 @@ SETTINGS = {  # name: (temperature, top_k, top_p, min_p)
     "top_k_ge_V": (1.0, 1 << 23, 1.0, 0.0),
     "tiny_top_p": (1.0, 0, 1e-3, 0.0),
     "hot": (3.0, 0, 0.5, 0.0),
+    "top_p_zero": (1.0, 0, 0.0, 0.0),     # below the public API's range: keeps the argmax group
+    "min_p_gt1": (1.0, 0, 1.0, 1.5),      # masks everything: an all-zero row, draws give -1
 }
 
 
@@ -431,3 +433,27 @@ def test_empty_batch_and_zero_k():
     args = (target, False, one, e, one, one, None, False, torch.ones(1), one, torch.ones(1),
             torch.zeros(1), one, one, 0)
     _check_verify(args)
+
+
+def test_draw_generic_path_for_out_of_range_draft_probs():
+    """Draft 'probabilities' outside [0, 1] (negative entries) make r = p - q exceed 1: the
+    native draw leaves its block-summed fast path for the generic one; still bit-exact."""
+    rng = np.random.default_rng(14)
+    for V in (5, 3000):
+        B, K = 16, 3
+        args = list(_random_batch(rng, B, K, V, torch.float32, "probs", "logits", "none",
+                                  "padded", specials=False))
+        draft = args[6].clone()
+        for t in range(draft.shape[0]):
+            draft[t, int(rng.integers(V))] = -3.0 if rng.random() < 0.5 else -0.5
+        args[6] = draft
+        _check_verify(tuple(args))
+        (target, _, trs, ids, drs, nd, _, _, it, tk, tp, mp, seed, offset, max_k) = args
+        P, _ = ref.sampling_probs(target, it.repeat_interleave(K + 1), tk.repeat_interleave(K + 1),
+                                  tp.repeat_interleave(K + 1), mp.repeat_interleave(K + 1))
+        greedy = torch.zeros(B, dtype=torch.bool)
+        na = torch.from_numpy(rng.integers(0, K + 1, size=B).astype(np.int32))
+        x = cpu.residual_sample(P, trs, ids, drs, nd, draft, greedy, seed, offset, na, max_k)
+        y = ref.residual_sample(P, trs, ids, drs, nd, draft, greedy, seed, offset, na, max_k)
+        assert torch.equal(x, y)
+        count("residual_sample_requests", B)

@@ -125,9 +125,11 @@ def make_block(seed, B, K, V, *, kind="full", dtype=torch.float32, nd=None, temp
     elif kind == "draft_logits":
         draft, d_probs = dl.to(dtype), False
     elif kind in ("probs", "probs_point"):
-        p, _ = R.sampling_probs_ref(tl_.numpy(), torch.full((N,), 1.25).numpy(),
-                                    np.zeros(N, np.int64), np.full(N, top_p, np.float32),
-                                    np.zeros(N, np.float32))
+        row_tp = np.ones(N, np.float32)
+        for b in range(B):
+            row_tp[int(trs[b]):int(trs[b]) + int(nd[b]) + 1] = tp[b]
+        p, _ = R.sampling_probs_ref(tl_.numpy(), np.full(N, 0.8, np.float32),
+                                    np.zeros(N, np.int64), row_tp, np.zeros(N, np.float32))
         target, t_probs = torch.from_numpy(p), True
         draft = None if kind == "probs_point" else q
     return dict(target=target, target_is_probs=t_probs, target_row_start=trs, draft_ids=ids,
@@ -369,9 +371,6 @@ def test_verify_invalid_rows():
         t[1 * 4 + 1] = -np.inf              # request 1 (greedy): row 1 all -inf
         t[2 * 4 + 3, 1] = np.inf            # request 2: bonus row +inf
         a["target"] = t
-        a["draft_ids"] = a["draft_ids"].clone()
-        a["draft_ids"][4:8] = torch.tensor([int(t[4 + j].argmax()) for j in range(3)] + [0])[:3]\
-            .repeat(2)[:4] if False else a["draft_ids"][4:8]
         if kind == "draft_logits":
             d = a["draft"].clone()
             d[3 * 3 + 0, 0] = np.nan        # request 3: draft row invalid -> q = NaN, reject

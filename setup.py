@@ -1,0 +1,87 @@
+"""Build script: setuptools drives CMake to build the pybind11 module ``specops._C``.
+
+Metadata lives in pyproject.toml; this file only declares packages and the extension.
+
+* ``SPECOPS_BUILD_CPP=0`` skips the extension (pure Python install; ``import specops`` never
+  depends on it).
+* ``SPECOPS_BUILD_JOBS`` caps the parallel compile jobs (default: all cores).
+* ``triton_kernels/`` (top-level directory) is installed as ``specops.triton_kernels`` via
+  ``package_dir``; never as a top-level ``triton_kernels`` (that name belongs to another
+  package).  Editable installs map it through setuptools' editable finder.
+"""
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from setuptools import Extension, find_packages, setup
+from setuptools.command.build_ext import build_ext
+
+ROOT = Path(__file__).parent.resolve()
+
+
+class CMakeExtension(Extension):
+    def __init__(self, name):
+        super().__init__(name, sources=[])
+
+
+class CMakeBuild(build_ext):
+    def build_extension(self, ext):
+        import pybind11
+
+        out = Path(self.get_ext_fullpath(ext.name)).resolve()
+        out.parent.mkdir(parents=True, exist_ok=True)
+        build_dir = (Path(self.build_temp) / "cmake").resolve()
+        cmake = shutil.which("cmake")
+        if cmake is None:
+            raise RuntimeError("specops: building specops._C needs cmake (pip install cmake), "
+                               "or set SPECOPS_BUILD_CPP=0 for a pure Python install")
+        ninja = shutil.which("ninja")
+        cfg = [
+            "-DCMAKE_BUILD_TYPE=Release",
+            f"-DPython_EXECUTABLE={sys.executable}",
+            f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
+            f"-DSPECOPS_OUTPUT_DIR={out.parent}",
+            f"-DSPECOPS_OUTPUT_NAME={out.name}",
+        ]
+        if ninja:
+            cfg += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
+        # A cache made by another cmake / python / build environment (pip's isolated build
+        # environments live in temporary directories) is discarded rather than reused.
+        stamp = "\n".join([cmake, ninja or "", sys.executable] + cfg)
+        stamp_file = build_dir / "specops_config.stamp"
+        if build_dir.exists() and (not stamp_file.exists() or stamp_file.read_text() != stamp):
+            shutil.rmtree(build_dir)
+        build_dir.mkdir(parents=True, exist_ok=True)
+        if not (build_dir / "CMakeCache.txt").exists():
+            subprocess.check_call([cmake, "-S", str(ROOT), "-B", str(build_dir)] + cfg)
+            stamp_file.write_text(stamp)
+        jobs = os.environ.get("SPECOPS_BUILD_JOBS") or str(os.cpu_count() or 1)
+        subprocess.check_call([cmake, "--build", str(build_dir), "-j", jobs])
+        if not out.exists():
+            raise RuntimeError(f"specops: cmake did not produce {out}")
+
+
+def _packages():
+    pkgs = find_packages(include=["specops", "specops.*"])
+    pkg_dir = {}
+    tk = ROOT / "triton_kernels"
+    if tk.is_dir():
+        pkg_dir["specops.triton_kernels"] = "triton_kernels"
+        pkgs.append("specops.triton_kernels")
+        pkgs += ["specops.triton_kernels." + p for p in find_packages(where=str(tk))]
+    return pkgs, pkg_dir
+
+
+packages, package_dir = _packages()
+build_cpp = os.environ.get("SPECOPS_BUILD_CPP", "1").strip().lower() not in ("0", "false",
+                                                                                "no", "off")
+
+setup(
+    packages=packages,
+    package_dir=package_dir,
+    ext_modules=[CMakeExtension("specops._C")] if build_cpp else [],
+    cmdclass={"build_ext": CMakeBuild} if build_cpp else {},
+    zip_safe=False,
+)

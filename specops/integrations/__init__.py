@@ -1,0 +1,14 @@
+"""Integrations of specops with the engines and libraries that already do speculative decoding.
+
+* ``specops.integrations.vllm``: ``SpecopsRejectionSampler``, a drop-in for vLLM V1's
+  ``RejectionSampler``, and ``register()``, the ``vllm.general_plugins`` entry point that
+  installs it into a vLLM process.  Importing it needs vLLM.
+* ``specops.integrations.hf``: ``speculative_sampling`` (the signature and returns of
+  transformers' ``_speculative_sampling``, backed by specops) and ``generate`` (batched
+  speculative decoding for Hugging Face causal LMs, also ``specops.generate``).  Importing
+  it needs transformers only for ``generate``'s cache handling.
+
+Nothing here is imported by ``import specops``: each submodule is imported on first use.
+"""
+
+__all__ = ["vllm", "hf"]

@@ -1,0 +1,300 @@
+"""Hugging Face transformers integration: a drop-in ``_speculative_sampling`` and batched
+speculative decoding (``specops.generate``).
+
+``speculative_sampling``
+    Same signature and return values as ``transformers.generation.utils._speculative_sampling``
+    (batch 1): ``(candidate_input_ids [1, L + γ], candidate_logits [1, γ, V],
+    candidate_length, new_logits [1, γ + 1, V]) -> (valid_tokens [1, n + 1] long, n_matches
+    0-dim long tensor)``.  The logits are the processed logits transformers hands it (its
+    warpers already applied), so they are turned into probabilities by a plain softmax
+    (specops' transform at temperature 1) and verified by ``specops.verify_block``; the seed
+    is drawn from torch's default generator, so ``torch.manual_seed`` makes it reproducible,
+    as with transformers.  ``assistant_ensemble_weight`` (DIVERSE's deliberately biased
+    relaxation) is refused unless it is None or 1.
+
+``generate(target_model, draft_model, input_ids, attention_mask=None, *, max_new_tokens,
+num_draft_tokens, temperature, top_k, top_p, min_p, seed, eos_token_id, pad_token_id)``
+    Speculative decoding at batch size >= 1.  Each step the draft proposes γ tokens per
+    request (sampled from its transformed distribution q, or its argmax for temperature 0),
+    the target scores all blocks in one forward pass and ``verify_block`` decides.
+
+    KV-cache rollback per request is done by *masking*, not by copying: both models keep one
+    ``DynamicCache`` whose time axis is shared by the batch; a request's rejected slots stay
+    in the cache but their attention-mask entries are set to 0, so no later query attends to
+    them, and position ids are ``cumsum(attention_mask) - 1`` (the convention transformers'
+    own ``generate`` uses for left padding), so the positions a request sees are exactly
+    those of its unpadded sequence.  Slots that every request has rejected are cropped off
+    the end of the cache (``DynamicCache.crop``).  Left padding and a caller's attention mask
+    are handled the same way.  Finished requests (EOS or ``max_new_tokens``) leave the batch
+    (``DynamicCache.batch_select_indices``).
+
+    Randomness is per request: request b has an int64 seed (``seed`` as an int gives
+    ``seed + b``; a list gives each request its own; None draws them from torch's default
+    generator).  The draft's sampling uses a ``torch.Generator`` seeded from it, and the
+    verifier uses specops' Philox stream (seed_b, offset = step number of that request).  A
+    request's tokens therefore do not depend on its batch neighbours: ``generate`` on a batch
+    equals ``generate`` on each request alone (up to floating-point differences in the
+    models' batched matmuls).
+
+    Returns ``GenerateOutput(sequences [B, L + max_new_tokens] (left-padded input, then the
+    new tokens, then pad_token_id), num_new_tokens [B], stats)`` with stats: target_calls and
+    draft_calls (forward passes, prefill included), steps, accepted_per_position (how often
+    draft position j was accepted), accept_length_hist (histogram of accepted drafts per
+    request-step), proposed (draft tokens proposed) and accepted (draft tokens accepted).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Optional, Sequence, Union
+
+import torch
+
+import specops
+
+__all__ = ["speculative_sampling", "generate", "GenerateOutput"]
+
+
+# ----------------------------------------------------------------------------- drop-in
+def speculative_sampling(candidate_input_ids, candidate_logits, candidate_length, new_logits,
+                         assistant_ensemble_weight: Optional[float] = None):
+    """transformers' ``_speculative_sampling``, verified by specops (batch 1)."""
+    if assistant_ensemble_weight is not None and float(assistant_ensemble_weight) != 1.0:
+        raise NotImplementedError(
+            "assistant_ensemble_weight != 1 relaxes the verification on purpose (biased "
+            "output); specops only implements exact speculative sampling")
+    if candidate_input_ids.shape[0] != 1 or new_logits.shape[0] != 1:
+        raise ValueError("speculative_sampling is batch 1 like transformers'; use "
+                         "specops.generate or specops.verify_block for batches")
+    gamma = int(candidate_length)
+    if candidate_logits.shape[1] != gamma or new_logits.shape[1] != gamma + 1:
+        raise ValueError(f"candidate_logits must be [1, {gamma}, V] and new_logits "
+                         f"[1, {gamma + 1}, V], got {tuple(candidate_logits.shape)} and "
+                         f"{tuple(new_logits.shape)}")
+    new_ids = candidate_input_ids[:, candidate_input_ids.shape[1] - gamma:]
+    out = specops.verify_block(new_logits, new_ids, draft_logits=candidate_logits,
+                               temperature=1.0)
+    n = out.num_accepted[0].to(torch.long)
+    n_int = int(n)
+    valid_tokens = out.token_ids[:, :n_int + 1].to(device=candidate_input_ids.device,
+                                                   dtype=torch.long)
+    if n_int + 1 > 0 and bool((valid_tokens < 0).any()):
+        raise ValueError("speculative_sampling: the target logits contain NaN/+inf or an "
+                         "all -inf row; no token can be sampled from them")
+    return valid_tokens, n
+
+
+# ----------------------------------------------------------------------------- generate
+@dataclass
+class GenerateOutput:
+    sequences: torch.Tensor
+    num_new_tokens: torch.Tensor
+    stats: dict = field(default_factory=dict)
+
+
+def _per_request(value, B, dtype):
+    if isinstance(value, torch.Tensor):
+        return value.to(dtype).reshape(-1).expand(B).clone() if value.numel() == 1 else \
+            value.to(dtype).reshape(B).clone()
+    if isinstance(value, (list, tuple)):
+        return torch.tensor(value, dtype=dtype).reshape(B)
+    return torch.full((B,), value, dtype=dtype)
+
+
+def _positions(mask, n_new):
+    pos = mask.long().cumsum(-1) - 1
+    pos = pos.clamp_(min=0)
+    return pos[:, -n_new:]
+
+
+def _forward(model, ids, mask, cache):
+    out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask, ids.shape[1]),
+                past_key_values=cache, use_cache=True)
+    return out.logits.float()
+
+
+def _new_cache(model):
+    from transformers import DynamicCache
+    try:
+        return DynamicCache(config=model.config)
+    except TypeError:                                     # older transformers
+        return DynamicCache()
+
+
+@torch.no_grad()
+def generate(target_model, draft_model, input_ids: torch.Tensor,
+             attention_mask: Optional[torch.Tensor] = None, *, max_new_tokens: int,
+             num_draft_tokens: int = 4, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
+             seed: Union[None, int, Sequence[int], torch.Tensor] = None,
+             eos_token_id: Union[None, int, Sequence[int]] = None,
+             pad_token_id: Optional[int] = None, backend: str = "auto") -> GenerateOutput:
+    """Batched speculative decoding for Hugging Face causal LMs (see the module docstring).
+
+    ``input_ids`` [B, L] (left-padded where the prompts differ in length, with
+    ``attention_mask`` [B, L] marking real tokens); ``temperature`` (0 = greedy), ``top_k``,
+    ``top_p``, ``min_p``: scalars or per-request sequences/tensors.  ``eos_token_id``
+    defaults to the target's ``generation_config.eos_token_id``.
+    """
+    if input_ids.dim() != 2 or input_ids.shape[1] < 1:
+        raise ValueError(f"input_ids must be [B, L] with L >= 1, got {tuple(input_ids.shape)}")
+    gamma = int(num_draft_tokens)
+    if gamma < 1:
+        raise ValueError("num_draft_tokens must be >= 1")
+    if max_new_tokens < 0:
+        raise ValueError("max_new_tokens must be >= 0")
+    device = input_ids.device
+    B, L = input_ids.shape
+    if attention_mask is None:
+        attention_mask = torch.ones_like(input_ids)
+    attention_mask = attention_mask.to(device=device, dtype=torch.long)
+    if bool((attention_mask[:, -1] == 0).any()):
+        raise ValueError("prompts must be left-padded: attention_mask[:, -1] must be 1")
+    if eos_token_id is None:
+        gc = getattr(target_model, "generation_config", None)
+        eos_token_id = getattr(gc, "eos_token_id", None)
+    eos = set([eos_token_id] if isinstance(eos_token_id, int) else (eos_token_id or []))
+    if pad_token_id is None:
+        gc = getattr(target_model, "generation_config", None)
+        pad_token_id = getattr(gc, "pad_token_id", None)
+        if pad_token_id is None:
+            pad_token_id = next(iter(sorted(eos)), 0) if eos else 0
+    V = target_model.get_output_embeddings().weight.shape[0] if \
+        target_model.get_output_embeddings() is not None else target_model.config.vocab_size
+
+    temp = _per_request(temperature, B, torch.float32)
+    tk = _per_request(top_k, B, torch.int64)
+    tp = _per_request(top_p, B, torch.float32)
+    mp = _per_request(min_p, B, torch.float32)
+    if seed is None:
+        seeds = torch.randint(-(2 ** 63), 2 ** 63 - 1, (B,), dtype=torch.int64)
+    elif isinstance(seed, int):
+        seeds = torch.arange(B, dtype=torch.int64) + seed
+    else:
+        seeds = _per_request(seed, B, torch.int64)
+    gens = [torch.Generator(device=device).manual_seed(int(s) & 0x7FFFFFFFFFFFFFFF ^ 0x5DEECE66D)
+            for s in seeds.tolist()]
+    steps_done = torch.zeros(B, dtype=torch.int64)
+
+    stats = dict(target_calls=0, draft_calls=0, steps=0, proposed=0, accepted=0,
+                 accepted_per_position=[0] * gamma, accept_length_hist=[0] * (gamma + 1))
+    new_tokens = [[] for _ in range(B)]
+    if max_new_tokens == 0:
+        return GenerateOutput(input_ids.clone(), torch.zeros(B, dtype=torch.long), stats)
+
+    # prefill both models with the prompt minus its last token (pending for both)
+    tcache, dcache = _new_cache(target_model), _new_cache(draft_model)
+    tmask = attention_mask.clone()
+    dmask = attention_mask.clone()
+    if L > 1:
+        _forward(target_model, input_ids[:, :-1], attention_mask[:, :-1], tcache)
+        _forward(draft_model, input_ids[:, :-1], attention_mask[:, :-1], dcache)
+        stats["target_calls"] += 1
+        stats["draft_calls"] += 1
+    tmask, dmask = attention_mask[:, :-1], attention_mask[:, :-1]
+    pending = input_ids[:, -1].clone()                # fed to neither model yet
+    # the draft may owe one more token (d_γ when the whole block was accepted)
+    extra = torch.zeros(B, dtype=torch.long, device=device)
+    extra_valid = torch.zeros(B, dtype=torch.long, device=device)
+    active = list(range(B))                           # original indices of the batch rows
+
+    while active:
+        Ba = len(active)
+        rows = torch.tensor(active, dtype=torch.long)
+        t_a, k_a, p_a, m_a = temp[rows], tk[rows], tp[rows], mp[rows]
+        # ---- draft proposes γ tokens
+        d_ids = torch.empty(Ba, gamma, dtype=torch.long, device=device)
+        d_probs = torch.empty(Ba, gamma, V, dtype=torch.float32, device=device)
+        for i in range(gamma):
+            if i == 0:
+                ids = torch.stack([extra, pending], 1)
+                dmask = torch.cat([dmask, torch.stack([extra_valid, torch.ones_like(extra)], 1)],
+                                  1)
+            else:
+                ids = d_ids[:, i - 1:i]
+                dmask = torch.cat([dmask, torch.ones(Ba, 1, dtype=torch.long, device=device)], 1)
+            logits = _forward(draft_model, ids, dmask, dcache)[:, -1, :V]
+            stats["draft_calls"] += 1
+            q = specops.sampling_probs(logits, temperature=t_a, top_k=k_a, top_p=p_a,
+                                       min_p=m_a, backend=backend)[0]
+            d_probs[:, i] = q
+            for r in range(Ba):
+                if float(t_a[r]) == 0.0:
+                    d_ids[r, i] = int(torch.argmax(logits[r]))
+                else:
+                    d_ids[r, i] = torch.multinomial(q[r], 1, generator=gens[active[r]])[0]
+        # ---- target scores every block in one pass
+        t_in = torch.cat([pending[:, None], d_ids], 1)
+        tmask = torch.cat([tmask, torch.ones(Ba, gamma + 1, dtype=torch.long, device=device)], 1)
+        t_logits = _forward(target_model, t_in, tmask, tcache)[:, :, :V].contiguous()
+        stats["target_calls"] += 1
+        stats["steps"] += 1
+        greedy = t_a == 0
+        out = specops.verify_block(
+            t_logits, d_ids, None if bool(greedy.all()) else d_probs, temperature=t_a,
+            top_k=k_a, top_p=p_a, min_p=m_a, seed=seeds[rows], offset=steps_done[rows],
+            backend=backend)
+        steps_done[rows] += 1
+        nacc = out.num_accepted.to(torch.long).tolist()
+        toks = out.token_ids.tolist()
+        # ---- roll back the rejected slots (mask), record tokens
+        finished = []
+        new_pending = pending.clone()
+        for r in range(Ba):
+            n = nacc[r]
+            b = active[r]
+            stats["proposed"] += gamma
+            stats["accepted"] += n
+            stats["accept_length_hist"][n] += 1
+            for j in range(n):
+                stats["accepted_per_position"][j] += 1
+            # target slots appended: [pending, d_1..d_γ] -> keep pending, d_1..d_n
+            tmask[r, tmask.shape[1] - gamma + n:] = 0
+            # draft slots appended: [extra, pending, d_1..d_{γ-1}] -> keep up to d_n
+            if n < gamma:
+                dmask[r, dmask.shape[1] - (gamma - 1) + n:] = 0
+            emitted = toks[r][:n + 1]
+            if emitted[-1] < 0:
+                raise RuntimeError(f"request {b}: the target produced NaN/inf logits")
+            done = False
+            for tok in emitted:
+                new_tokens[b].append(tok)
+                if tok in eos or len(new_tokens[b]) >= max_new_tokens:
+                    done = True
+                    break
+            new_pending[r] = emitted[-1]
+            extra[r] = d_ids[r, gamma - 1] if n == gamma else 0
+            extra_valid[r] = 1 if n == gamma else 0
+            if done:
+                finished.append(r)
+        pending = new_pending
+        if finished:
+            keep = [r for r in range(Ba) if r not in finished]
+            active = [active[r] for r in keep]
+            if not active:
+                break
+            idx = torch.tensor(keep, dtype=torch.long, device=device)
+            tcache.batch_select_indices(idx)
+            dcache.batch_select_indices(idx)
+            tmask, dmask = tmask[idx], dmask[idx]
+            pending, extra, extra_valid = pending[idx], extra[idx], extra_valid[idx]
+        # crop slots that every remaining request has rolled back
+        for cache, name in ((tcache, "t"), (dcache, "d")):
+            m = tmask if name == "t" else dmask
+            used = torch.nonzero(m.any(0)).flatten()
+            last = int(used[-1]) + 1 if used.numel() else 0
+            cut = m.shape[1] - last
+            if cut > 0:
+                cache.crop(-cut)
+                if name == "t":
+                    tmask = tmask[:, :last]
+                else:
+                    dmask = dmask[:, :last]
+
+    sequences = torch.full((B, L + max_new_tokens), int(pad_token_id), dtype=input_ids.dtype,
+                           device=device)
+    sequences[:, :L] = input_ids
+    for b in range(B):
+        if new_tokens[b]:
+            sequences[b, L:L + len(new_tokens[b])] = torch.tensor(new_tokens[b],
+                                                                  dtype=input_ids.dtype)
+    num_new = torch.tensor([len(t) for t in new_tokens], dtype=torch.long)
+    return GenerateOutput(sequences, num_new, stats)

@@ -1,0 +1,301 @@
+"""A drop-in for vLLM V1's rejection sampler, backed by ``specops.verify_block``.
+
+``SpecopsRejectionSampler`` subclasses ``vllm.v1.sample.rejection_sampler.RejectionSampler``
+(same constructor, same ``forward(metadata, draft_probs, logits, sampling_metadata) ->
+SamplerOutput``, same static ``parse_output``) and replaces the verification itself:
+
+* **Layout.** ``logits`` is vLLM's flattened ``[T + B, V]`` tensor: request b's rows are its
+  ``K_b`` draft rows then its bonus row, starting at row ``cu_num_draft_tokens[b-1] + b`` (the
+  layout vLLM's model runner builds: ``target_logits_indices`` / ``bonus_logits_indices``
+  point exactly there).  In that layout the rows are passed to specops in place (no copy,
+  any float dtype).  Any other ``target_logits_indices`` / ``bonus_logits_indices`` are
+  honoured by gathering the rows into that layout first (one copy).  The layout is checked
+  when the index tensors live on the CPU (free) or when the sampler was built with
+  ``check_layout=True`` (one device sync per step); on a GPU without the check, a logits
+  tensor of exactly ``T + B`` rows is taken to be in vLLM's standard layout.
+* **Sampling parameters.** Per-request temperature (``temperature < 1e-5`` or
+  ``all_greedy`` = greedy, vLLM's own rule), top-k (values ``<= 0`` or ``>= V`` = off), top-p
+  and min-p (read from vLLM's built-in ``MinPLogitsProcessor``) are applied by specops, to the
+  draft rows *and* the bonus row, in specops' order (temperature -> top-k -> softmax ->
+  top-p -> min-p, see ``specops.reference``).  vLLM itself applies min-p before top-k/top-p
+  and only to the bonus row; where both min-p and top-k/top-p are set the kept sets can
+  differ at the margin.
+* **Bonus token.** vLLM samples the bonus token with its ``Sampler`` and its own RNG; here
+  specops draws it (from the bonus row, with the same transform), so one call decides the
+  whole block.  ``self.sampler`` is still used for the logits processors of the bonus row.
+* **Randomness.** Each non-greedy step draws one int64 seed per request: from the request's
+  own ``torch.Generator`` in ``sampling_metadata.generators`` (``torch.randint(-2**63,
+  2**63 - 1, (1,), generator=g)``, so a seeded request is reproducible and independent of its
+  batch neighbours), otherwise from torch's default generator on the logits' device; the
+  Philox offset is 0.  An all-greedy batch draws nothing.
+* **Processors applied with vLLM's own functions before verification** (this copies the
+  target rows to float32 first): penalties (repetition/frequency/presence), bad words,
+  ``allowed_token_ids``, min-tokens, the thinking-token budget (draft rows through
+  ``RejectionSampler.apply_logits_processors``, bonus rows through
+  ``Sampler.apply_logits_processors``), and every other non-argmax-invariant logits
+  processor (logit bias, custom ones), which vLLM itself applies to the bonus row only:
+  here it is applied to the draft rows too, one ``[B, V]`` slice per draft position.
+* **Refused with an error** (never silently ignored): argmax-invariant logits processors
+  other than min-p (they act after temperature inside vLLM's sampler, which specops fuses);
+  logprobs in a ``processed_*`` logprobs mode; ``logprob_token_ids``; synthetic acceptance
+  mode (``rejection_sample_method="synthetic"``).  Raw-mode logprobs
+  (``raw_logprobs``/``raw_logits``) are returned exactly as vLLM computes them.
+* **Output.** ``sampled_token_ids`` ``[B, max_spec_len + 1]`` int32: accepted drafts, then
+  the recovered or bonus token, then ``PLACEHOLDER_TOKEN_ID`` (-1, vLLM's constant).  A
+  target row that is NaN/+inf/all -inf (specops' validity rule) yields -1 from that position
+  on for that request only; ``self.last_valid`` ([B] bool) says which requests were valid.
+"""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+import torch
+
+import specops
+from vllm.v1.outputs import SamplerOutput
+from vllm.v1.sample import rejection_sampler as _vrs
+from vllm.v1.sample.logits_processor.builtin import (LogitBiasLogitsProcessor,
+                                                     MinPLogitsProcessor,
+                                                     MinTokensLogitsProcessor)
+from vllm.v1.sample.metadata import SamplingMetadata
+from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
+
+logger = logging.getLogger(__name__)
+
+PLACEHOLDER_TOKEN_ID = _vrs.PLACEHOLDER_TOKEN_ID
+MAX_SPEC_LEN = _vrs.MAX_SPEC_LEN
+VllmRejectionSampler = _vrs.RejectionSampler
+_SAMPLING_EPS = 1e-5          # vLLM's Sampler: temperature below this is greedy
+
+__all__ = ["SpecopsRejectionSampler", "register", "PLACEHOLDER_TOKEN_ID",
+           "VllmRejectionSampler"]
+
+
+def _standard_positions(num_draft_tokens, cu_num_draft_tokens, device):
+    """Row positions (in the standard layout) of every draft row [T] and bonus row [B]."""
+    B = len(num_draft_tokens)
+    cu = cu_num_draft_tokens.to(device=device, dtype=torch.int64)
+    ar = torch.arange(B, device=device, dtype=torch.int64)
+    bonus_pos = cu + ar
+    counts = torch.tensor(num_draft_tokens, dtype=torch.int64)
+    req_of_token = torch.repeat_interleave(torch.arange(B), counts).to(device)
+    T = int(counts.sum())
+    target_pos = torch.arange(T, device=device, dtype=torch.int64) + req_of_token
+    return target_pos, bonus_pos
+
+
+class SpecopsRejectionSampler(VllmRejectionSampler):
+    """vLLM V1 ``RejectionSampler`` whose verification is ``specops.verify_block``.
+
+    Same constructor as vLLM's (``sampler``, ``spec_config``, ``device``) plus keyword-only
+    ``backend`` (specops backend, default "auto") and ``check_layout`` (check vLLM's row
+    indices on every step even on a GPU; default: only when they are on the CPU).
+    """
+
+    def __init__(self, sampler, spec_config=None, device=None, *, backend: str = "auto",
+                 check_layout: bool | None = None):
+        super().__init__(sampler, spec_config, device)
+        if self.synthetic_mode:
+            raise NotImplementedError(
+                "specops' rejection sampler does not implement vLLM's synthetic acceptance "
+                "mode (rejection_sample_method='synthetic'); use vLLM's own sampler for it")
+        self.specops_backend = backend
+        if check_layout is None:
+            check_layout = os.environ.get("SPECOPS_VLLM_CHECK_LAYOUT", "0") == "1"
+        self.check_layout = check_layout
+        self.last_valid: torch.Tensor | None = None
+
+    # ------------------------------------------------------------------ layout
+    def _standard_logits(self, metadata: SpecDecodeMetadata, logits: torch.Tensor):
+        """(logits in the standard layout (a view when possible), target_pos, bonus_pos)."""
+        B = len(metadata.num_draft_tokens)
+        T = metadata.draft_token_ids.shape[0]
+        tidx, bidx = metadata.target_logits_indices, metadata.bonus_logits_indices
+        if tidx.numel() != T or bidx.numel() != B:
+            raise ValueError(
+                f"specops' rejection sampler verifies the bonus row too: it needs "
+                f"target_logits_indices [T={T}] and bonus_logits_indices [B={B}] into logits, "
+                f"got {tidx.numel()} and {bidx.numel()}")
+        target_pos, bonus_pos = _standard_positions(metadata.num_draft_tokens,
+                                                    metadata.cu_num_draft_tokens, logits.device)
+        standard = logits.shape[0] == T + B
+        if standard and (self.check_layout or (tidx.device.type == "cpu"
+                                               and bidx.device.type == "cpu")):
+            standard = (torch.equal(tidx.to(target_pos.device, torch.int64), target_pos)
+                        and torch.equal(bidx.to(bonus_pos.device, torch.int64), bonus_pos))
+        if standard:
+            return logits, target_pos, bonus_pos
+        rows = torch.empty(T + B, dtype=torch.int64, device=logits.device)
+        rows[target_pos] = tidx.to(logits.device, torch.int64)
+        rows[bonus_pos] = bidx.to(logits.device, torch.int64)
+        return logits[rows], target_pos, bonus_pos
+
+    # ------------------------------------------------------------------ processors
+    @staticmethod
+    def _other_processors(sm: SamplingMetadata):
+        """Non-argmax-invariant processors vLLM's rejection sampler skips on draft rows."""
+        out = []
+        for p in sm.logitsprocs.non_argmax_invariant:
+            if isinstance(p, MinTokensLogitsProcessor):
+                continue                            # handled by apply_logits_processors
+            if isinstance(p, LogitBiasLogitsProcessor) and not p.biases:
+                continue                            # inactive
+            out.append(p)
+        return out
+
+    @staticmethod
+    def _min_p(sm: SamplingMetadata, B: int, device):
+        min_p = 0.0
+        for p in sm.logitsprocs.argmax_invariant:
+            if isinstance(p, MinPLogitsProcessor):
+                if p.min_p_count:
+                    min_p = p.min_p.reshape(-1)[:B].to(device=device, dtype=torch.float32)
+            else:
+                raise NotImplementedError(
+                    f"logits processor {type(p).__name__} is argmax-invariant (vLLM applies "
+                    "it after temperature, inside its sampler); specops' rejection sampler "
+                    "cannot apply it. Remove the processor or disable the specops plugin "
+                    "(VLLM_PLUGINS without 'specops').")
+        return min_p
+
+    def _needs_processing(self, sm: SamplingMetadata) -> bool:
+        min_tokens_active = any(isinstance(p, MinTokensLogitsProcessor) and p.min_toks
+                                for p in sm.logitsprocs.non_argmax_invariant)
+        holder = sm.thinking_budget_state_holder
+        return bool((not sm.no_penalties) or sm.bad_words_token_ids
+                    or sm.allowed_token_ids_mask is not None or min_tokens_active
+                    or (holder is not None and holder.has_tracked_requests())
+                    or self._other_processors(sm))
+
+    def _processed_logits(self, std_logits, target_pos, bonus_pos, metadata, sm):
+        """float32 copy of the rows with every logits processor applied (vLLM's functions)."""
+        target_logits = std_logits[target_pos].to(torch.float32)
+        target_logits = self.apply_logits_processors(target_logits, sm, metadata)
+        others = self._other_processors(sm)
+        if others:
+            nd = metadata.num_draft_tokens
+            B = len(nd)
+            starts = [0]
+            for n in nd[:-1]:
+                starts.append(starts[-1] + n)
+            for j in range(max(nd) if nd else 0):
+                reqs = [b for b in range(B) if nd[b] > j]
+                rows = torch.tensor([starts[b] + j for b in reqs], dtype=torch.int64,
+                                    device=target_logits.device)
+                req_t = torch.tensor(reqs, dtype=torch.int64, device=target_logits.device)
+                x = torch.zeros(B, target_logits.shape[1], dtype=torch.float32,
+                                device=target_logits.device)
+                x[req_t] = target_logits[rows]
+                for p in others:
+                    x = p.apply(x)
+                target_logits[rows] = x[req_t]
+        bonus_logits = std_logits[bonus_pos].to(torch.float32)
+        bonus_logits = self.sampler.apply_logits_processors(bonus_logits, sm, True)
+        out = torch.empty(std_logits.shape, dtype=torch.float32, device=std_logits.device)
+        out[target_pos] = target_logits
+        out[bonus_pos] = bonus_logits
+        return out
+
+    # ------------------------------------------------------------------ randomness
+    @staticmethod
+    def _seeds(sm: SamplingMetadata, B: int, device):
+        seeds = torch.randint(-(2 ** 63), 2 ** 63 - 1, (B,), dtype=torch.int64, device=device)
+        for i, g in sm.generators.items():
+            if 0 <= i < B:
+                seeds[i] = torch.randint(-(2 ** 63), 2 ** 63 - 1, (1,), dtype=torch.int64,
+                                         generator=g, device=g.device).to(device)[0]
+        return seeds
+
+    # ------------------------------------------------------------------ forward
+    def forward(self, metadata: SpecDecodeMetadata, draft_probs: torch.Tensor | None,
+                logits: torch.Tensor, sampling_metadata: SamplingMetadata) -> SamplerOutput:
+        """Verify every request's block; see the module docstring for what is honoured."""
+        sm = sampling_metadata
+        assert metadata.max_spec_len <= MAX_SPEC_LEN
+        if sm.logprob_token_ids:
+            raise NotImplementedError(
+                "logprob_token_ids is not supported by specops' rejection sampler")
+        if sm.max_num_logprobs is not None and self.is_processed_logprobs_mode:
+            raise NotImplementedError(
+                "specops' rejection sampler returns logprobs only in the raw_logprobs / "
+                f"raw_logits modes, not {self.sampler.logprobs_mode!r}")
+        B = len(metadata.num_draft_tokens)
+        V = logits.shape[-1]
+        device = logits.device
+
+        std_logits, target_pos, bonus_pos = self._standard_logits(metadata, logits)
+        if self._needs_processing(sm):
+            std_logits = self._processed_logits(std_logits, target_pos, bonus_pos, metadata, sm)
+        min_p = self._min_p(sm, B, device) if not sm.all_greedy else 0.0
+
+        if sm.all_greedy or sm.temperature is None:
+            temperature, top_k, top_p, min_p, seed = 0.0, 0, 1.0, 0.0, None
+        else:
+            t = sm.temperature.to(device=device, dtype=torch.float32)
+            temperature = t if sm.all_random else torch.where(
+                t < _SAMPLING_EPS, torch.zeros_like(t), t)
+            top_k = 0
+            if sm.top_k is not None:
+                k = sm.top_k.to(device=device, dtype=torch.int64)
+                top_k = torch.where((k <= 0) | (k >= V), torch.zeros_like(k), k)
+            top_p = 1.0 if sm.top_p is None else sm.top_p.to(device=device,
+                                                              dtype=torch.float32)
+            seed = self._seeds(sm, B, device)
+        out = specops.verify_block(
+            std_logits, metadata.draft_token_ids, draft_probs,
+            cu_num_draft_tokens=metadata.cu_num_draft_tokens, temperature=temperature,
+            top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
+            offset=None if seed is None else 0, backend=self.specops_backend)
+        self.last_valid = out.valid
+        token_ids = out.token_ids
+        width = metadata.max_spec_len + 1
+        if token_ids.shape[1] != width:              # max over requests == max_spec_len
+            padded = torch.full((B, width), PLACEHOLDER_TOKEN_ID, dtype=torch.int32,
+                                device=device)
+            padded[:, :token_ids.shape[1]] = token_ids
+            token_ids = padded
+
+        logprobs_tensors = None
+        if sm.max_num_logprobs is not None:
+            tidx = metadata.target_logits_indices.to(device, torch.int64)
+            bidx = metadata.bonus_logits_indices.to(device, torch.int64)
+            logprobs_tensors = self._get_logprobs_tensors(
+                sm.max_num_logprobs, metadata, logits, logits[tidx].to(torch.float32),
+                logits[bidx].to(torch.float32), token_ids)
+        return SamplerOutput(sampled_token_ids=token_ids, logprobs_tensors=logprobs_tensors)
+
+
+_ORIGINAL = VllmRejectionSampler
+
+
+def register() -> None:
+    """``vllm.general_plugins`` entry point: make vLLM V1 build SpecopsRejectionSampler.
+
+    Patches ``vllm.v1.sample.rejection_sampler.RejectionSampler`` and every already-imported
+    module that bound the name (the V1 GPU/CPU model runners).  Idempotent; vLLM calls it
+    once per process.  Set ``SPECOPS_VLLM_DISABLE=1`` to keep vLLM's own sampler.
+    """
+    if os.environ.get("SPECOPS_VLLM_DISABLE", "0") == "1":
+        logger.info("specops: SPECOPS_VLLM_DISABLE=1, keeping vLLM's rejection sampler")
+        return
+    _vrs.RejectionSampler = SpecopsRejectionSampler
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__dict__", {}).get("RejectionSampler") is _ORIGINAL:
+            try:
+                setattr(mod, "RejectionSampler", SpecopsRejectionSampler)
+            except Exception:                        # pragma: no cover - read-only module
+                pass
+    logger.info("specops: vLLM V1 RejectionSampler replaced by SpecopsRejectionSampler")
+
+
+def unregister() -> None:
+    """Undo ``register()`` (for tests)."""
+    _vrs.RejectionSampler = _ORIGINAL
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__dict__", {}).get("RejectionSampler") is SpecopsRejectionSampler:
+            try:
+                setattr(mod, "RejectionSampler", _ORIGINAL)
+            except Exception:                        # pragma: no cover
+                pass

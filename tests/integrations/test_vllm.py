@@ -1,0 +1,461 @@
+"""specops' drop-in for vLLM V1's RejectionSampler, tested against the real vLLM package.
+
+Skipped as a module where vLLM is not installed (the main test environment); CI runs it in
+the environment made by ``ci/setup_vllm_env.sh``.  vLLM's own RejectionSampler runs here on
+the CPU (its Triton kernels through Triton's interpreter, see ``_vllm_setup``): greedy cases
+must equal its output exactly; random cases pass per-position chi-square tests and the
+accepted-length law at a false-positive rate of 1e-6, with a negative control that fails.
+"""
+import importlib.util
+
+import numpy as np
+import pytest
+import torch
+
+if importlib.util.find_spec("vllm") is None:
+    pytest.skip("vLLM is not installed (see ci/setup_vllm_env.sh)", allow_module_level=True)
+
+from tests.integrations import _vllm_setup  # noqa: E402
+
+_vllm_setup.prepare()
+
+from scipy import stats as scipy_stats  # noqa: E402
+from vllm.v1.sample.logits_processor import LogitsProcessors  # noqa: E402
+from vllm.v1.sample.metadata import SamplingMetadata  # noqa: E402
+from vllm.v1.sample.rejection_sampler import PLACEHOLDER_TOKEN_ID  # noqa: E402
+from vllm.v1.sample.rejection_sampler import RejectionSampler as VllmRS  # noqa: E402
+from vllm.v1.sample.sampler import Sampler  # noqa: E402
+from vllm.v1.spec_decode.metadata import SpecDecodeMetadata  # noqa: E402
+
+import specops  # noqa: E402
+from specops import reference as ref  # noqa: E402
+from specops.integrations import vllm as sv  # noqa: E402
+
+ALPHA = 1e-6
+needs_vllm_kernels = pytest.mark.skipif(not _vllm_setup.VLLM_KERNELS,
+                                        reason="vLLM's Triton kernels cannot run here")
+
+
+# ----------------------------------------------------------------------------- helpers
+def make_md(spec_tokens):
+    """Real SpecDecodeMetadata.make_dummy, with the row indices vLLM's model runner builds."""
+    md = SpecDecodeMetadata.make_dummy(spec_tokens, device=torch.device("cpu"))
+    tpos, bpos = [], []
+    row = 0
+    for ids in spec_tokens:
+        tpos += list(range(row, row + len(ids)))
+        bpos.append(row + len(ids))
+        row += len(ids) + 1
+    md.target_logits_indices = torch.tensor(tpos, dtype=torch.int32)
+    md.bonus_logits_indices = torch.tensor(bpos, dtype=torch.int32)
+    md.logits_indices = torch.arange(row, dtype=torch.int32)
+    return md
+
+
+def make_sm(*, temperature=None, top_k=None, top_p=None, generators=None, logitsprocs=None,
+            output_token_ids=None, spec_token_ids=None, prompt_token_ids=None,
+            repetition=None, frequency=None, presence=None, bad_words=None,
+            allowed_mask=None, max_num_logprobs=None, B=None):
+    all_greedy = temperature is None
+    penal = any(x is not None for x in (repetition, frequency, presence))
+    B = B if B is not None else (len(temperature) if temperature is not None else 1)
+    return SamplingMetadata(
+        temperature=temperature,
+        all_greedy=all_greedy,
+        all_random=(not all_greedy) and bool((temperature >= 1e-5).all()),
+        top_p=top_p, top_k=top_k, generators=generators or {},
+        max_num_logprobs=max_num_logprobs, no_penalties=not penal,
+        prompt_token_ids=prompt_token_ids,
+        frequency_penalties=torch.tensor(frequency if frequency else [0.0] * B),
+        presence_penalties=torch.tensor(presence if presence else [0.0] * B),
+        repetition_penalties=torch.tensor(repetition if repetition else [1.0] * B),
+        output_token_ids=output_token_ids if output_token_ids is not None else [[]] * B,
+        spec_token_ids=spec_token_ids if spec_token_ids is not None else [],
+        allowed_token_ids_mask=allowed_mask,
+        bad_words_token_ids=bad_words or {},
+        logitsprocs=logitsprocs or LogitsProcessors(),
+    )
+
+
+def logits_for(spec_tokens, output_tokens, V=100, dtype=torch.float32):
+    """Standard-layout [T + B, V] logits whose row argmaxes are output_tokens (vLLM's test
+    helper, extended with the bonus rows that specops verifies itself)."""
+    rows = []
+    for ids, out in zip(spec_tokens, output_tokens):
+        assert len(out) == len(ids) + 1
+        for tok in out:
+            r = torch.full((V,), -100.0)
+            r[tok] = 100.0
+            rows.append(r)
+    return torch.stack(rows).to(dtype)
+
+
+def ours(**kw):
+    return sv.SpecopsRejectionSampler(Sampler(), **kw)
+
+
+def theirs():
+    return VllmRS(Sampler())
+
+
+# ----------------------------------------------------------------------------- greedy: vLLM's vectors
+P = PLACEHOLDER_TOKEN_ID
+VLLM_GREEDY_CASES = [   # (spec_tokens, output_tokens incl. bonus, expected) from vLLM's tests
+    ([[1, 2, 3]], [[1, 2, 3, 4]], [[1, 2, 3, 4]]),
+    ([[1, 2, 3]], [[1, 5, 3, 4]], [[1, 5, P, P]]),
+    ([[1, 2], [3]], [[1, 2, 5], [3, 4]], [[1, 2, 5], [3, 4, P]]),
+    ([[1]], [[1, 2]], [[1, 2]]),
+    ([[]], [[5]], [[5]]),
+    ([[1, 2, 3], [4, 5, 6]], [[1, 2, 7, 6], [4, 8, 6, 9]], [[1, 2, 7, P], [4, 8, P, P]]),
+    ([[1, 2]], [[1, 2, 3]], [[1, 2, 3]]),
+    ([[1]], [[2, 3]], [[2, P]]),
+    ([[1, 2], [3, 4]], [[1, 5, 6], [3, 4, 7]], [[1, 5, P], [3, 4, 7]]),
+]
+
+
+def test_placeholder_is_vllms():
+    assert sv.PLACEHOLDER_TOKEN_ID == PLACEHOLDER_TOKEN_ID == -1
+
+
+@pytest.mark.parametrize("spec,out,expected", VLLM_GREEDY_CASES)
+def test_greedy_vllm_unit_vectors(spec, out, expected):
+    logits = logits_for(spec, out)
+    res = ours()(make_md(spec), None, logits, make_sm())
+    exp = torch.tensor(expected, dtype=torch.int32)
+    assert res.sampled_token_ids.dtype == torch.int32
+    assert torch.equal(res.sampled_token_ids, exp)
+    if _vllm_setup.VLLM_KERNELS:
+        own = theirs()(make_md(spec), None, logits.clone(), make_sm())
+        assert torch.equal(own.sampled_token_ids, exp)
+
+
+@needs_vllm_kernels
+@pytest.mark.parametrize("seed", range(6))
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_greedy_equals_vllm_random_ragged(seed, dtype):
+    """Random ragged batches (k = 0 included), drafts that often match: token for token."""
+    g = torch.Generator().manual_seed(seed)
+    V, B = 50, 7
+    ks = torch.randint(0, 5, (B,), generator=g).tolist()
+    ks[0] = 0
+    N = sum(ks) + B
+    logits = torch.randn(N, V, generator=g).to(dtype)
+    argmax = logits.float().argmax(-1)
+    spec, row = [], 0
+    for k in ks:
+        ids = []
+        for j in range(k):
+            hit = torch.rand((), generator=g) < 0.7
+            ids.append(int(argmax[row + j]) if hit else int(torch.randint(0, V, (), generator=g)))
+        spec.append(ids)
+        row += k + 1
+    md = make_md(spec)
+    draft_probs = torch.softmax(torch.randn(sum(ks), V, generator=g), -1)
+    for dp in (None, draft_probs):
+        a = ours()(md, dp, logits, make_sm()).sampled_token_ids
+        b = theirs()(make_md(spec), dp, logits.clone(), make_sm()).sampled_token_ids
+        assert torch.equal(a, b), (a, b)
+
+
+@needs_vllm_kernels
+def test_mixed_batch_greedy_rows_equal_vllm():
+    g = torch.Generator().manual_seed(1)
+    V, B = 40, 6
+    spec = [[int(x) for x in torch.randint(0, V, (k,), generator=g)] for k in (3, 0, 2, 3, 1, 2)]
+    N = sum(map(len, spec)) + B
+    logits = torch.randn(N, V, generator=g)
+    temp = torch.tensor([0.0, 0.8, 0.0, 1.0, 0.0, 0.5])
+    sm = make_sm(temperature=temp, top_k=torch.tensor([V, 5, V, 10, V, 0]),
+                 top_p=torch.tensor([1.0, 0.9, 1.0, 1.0, 1.0, 0.95]))
+    a = ours()(make_md(spec), None, logits, sm).sampled_token_ids
+    greedy = temp == 0
+    # vLLM's own sampler on the greedy requests alone (its mixed-batch greedy kernel does not
+    # run under Triton's interpreter; greedy rows do not depend on their neighbours)
+    gi = torch.nonzero(greedy).flatten().tolist()
+    starts = np.cumsum([0] + [len(s) + 1 for s in spec])
+    sub_rows = torch.cat([logits[starts[i]:starts[i + 1]] for i in gi])
+    sub_spec = [spec[i] for i in gi]
+    b = theirs()(make_md(sub_spec), None, sub_rows, make_sm(B=len(gi))).sampled_token_ids
+    assert torch.equal(a[greedy][:, :b.shape[1]], b)
+    assert (a[greedy][:, b.shape[1]:] == P).all()
+    # random rows: well formed (accepted drafts, one token, then -1)
+    for i in torch.nonzero(~greedy).flatten().tolist():
+        row = a[i].tolist()
+        n = sum(1 for t in row if t != P)
+        assert 1 <= n <= len(spec[i]) + 1
+        assert row[:n - 1] == spec[i][:n - 1] and all(t == P for t in row[n:])
+        assert all(0 <= t < V for t in row[:n])
+
+
+def test_logits_not_copied_in_standard_layout(monkeypatch):
+    """The standard layout reaches specops.verify_block as the very tensor vLLM passed."""
+    seen = {}
+    real = specops.verify_block
+
+    def spy(target_logits, *a, **kw):
+        seen["ptr"] = target_logits.data_ptr()
+        seen["dtype"] = target_logits.dtype
+        return real(target_logits, *a, **kw)
+
+    monkeypatch.setattr(specops, "verify_block", spy)
+    spec = [[1, 2], [], [3]]
+    logits = logits_for(spec, [[1, 2, 3], [4], [3, 5]], dtype=torch.bfloat16)
+    out = ours()(make_md(spec), None, logits, make_sm(temperature=torch.ones(3)))
+    assert seen == {"ptr": logits.data_ptr(), "dtype": torch.bfloat16}
+    assert out.sampled_token_ids.shape == (3, 3)
+
+
+def test_non_standard_indices_are_gathered():
+    """Any target/bonus index tensors are honoured (rows gathered into the standard layout)."""
+    spec = [[1, 2], [3]]
+    std = logits_for(spec, [[1, 2, 9], [3, 8]])
+    perm = torch.tensor([4, 0, 3, 1, 2])            # logits row i = std row perm[i]
+    logits = std[perm]
+    inv = torch.argsort(perm)
+    md = make_md(spec)
+    md.target_logits_indices = inv[md.target_logits_indices.long()].to(torch.int32)
+    md.bonus_logits_indices = inv[md.bonus_logits_indices.long()].to(torch.int32)
+    out = ours()(md, None, logits, make_sm())
+    assert out.sampled_token_ids.tolist() == [[1, 2, 9], [3, 8, P]]
+
+
+def test_missing_bonus_indices_is_a_clear_error():
+    spec = [[1, 2]]
+    md = SpecDecodeMetadata.make_dummy(spec, device=torch.device("cpu"))
+    md.bonus_logits_indices = torch.empty(0, dtype=torch.int32)
+    with pytest.raises(ValueError, match="bonus_logits_indices"):
+        ours()(md, None, torch.randn(3, 10), make_sm())
+
+
+def test_parse_output_semantics():
+    out = torch.tensor([[1, 2, P, P], [3, 4, 5, 6], [7, P, P, P]], dtype=torch.int32)
+    a = sv.SpecopsRejectionSampler.parse_output(out, vocab_size=6, discard_req_indices=[2])
+    b = VllmRS.parse_output(out, vocab_size=6, discard_req_indices=[2])
+    assert a == b == ([[1, 2], [3, 4, 5], []], None)
+
+
+# ----------------------------------------------------------------------------- randomness
+def test_per_request_generators_are_reproducible_and_batch_invariant():
+    V = 30
+    g0 = torch.Generator().manual_seed(0)
+    spec = [[int(x) for x in torch.randint(0, V, (3,), generator=g0)] for _ in range(4)]
+    logits = torch.randn(16, V, generator=g0)
+    dp = torch.softmax(torch.randn(12, V, generator=g0), -1)
+
+    def run(seeded, perturb_default):
+        gens = {i: torch.Generator().manual_seed(100 + i) for i in seeded}
+        torch.manual_seed(perturb_default)
+        sm = make_sm(temperature=torch.full((4,), 0.9), generators=gens)
+        return ours()(make_md(spec), dp, logits, sm).sampled_token_ids
+
+    a, b = run([0, 2], 1), run([0, 2], 2)
+    assert torch.equal(a[[0, 2]], b[[0, 2]])
+    # request 0 alone in a batch of one, same generator seed: same tokens
+    gens = {0: torch.Generator().manual_seed(100)}
+    solo = ours()(make_md(spec[:1]), dp[:3], torch.cat([logits[:4]]),
+                  make_sm(temperature=torch.full((1,), 0.9), generators=gens))
+    assert torch.equal(solo.sampled_token_ids[0], a[0])
+
+
+def chi2_pvalue(observed, probs):
+    observed = np.asarray(observed, dtype=np.float64)
+    n = observed.sum()
+    keep = probs > 0
+    assert observed[~keep].sum() == 0, "a token of probability 0 was emitted"
+    if keep.sum() < 2:
+        return 1.0
+    exp = probs[keep] / probs[keep].sum() * n
+    return float(scipy_stats.chisquare(observed[keep], exp).pvalue)
+
+
+def run_stat_case(setting, n, lie_about_q=False, seed=0):
+    """n identical requests (K = 3, V = 6) in one call of the drop-in; returns p-values."""
+    V, K = 6, 3
+    g = torch.Generator().manual_seed(seed)
+    rows = torch.randn(K + 1, V, generator=g) * 1.5
+    q = torch.softmax(torch.randn(K, V, generator=g) * 2.0, -1)
+    temp, top_k, top_p = setting
+    drafts = torch.stack([torch.multinomial(q[j], n, replacement=True, generator=g)
+                          for j in range(K)], 1)                          # [n, K]
+    spec = drafts.tolist()
+    logits = rows.repeat(n, 1)                                            # [n (K+1), V]
+    claimed_q = torch.full((K, V), 1.0 / V) if lie_about_q else q
+    draft_probs = claimed_q.repeat(n, 1).contiguous()
+    sm = make_sm(temperature=torch.full((n,), temp),
+                 top_k=None if top_k is None else torch.full((n,), top_k),
+                 top_p=None if top_p is None else torch.full((n,), top_p))
+    torch.manual_seed(seed + 1)
+    out = ours()(make_md(spec), draft_probs, logits, sm).sampled_token_ids.numpy()
+    p = specops.sampling_probs(rows, temperature=temp, top_k=top_k or 0,
+                               top_p=1.0 if top_p is None else top_p)[0].numpy()
+    ok_q = q.numpy() if not lie_about_q else q.numpy()
+    nacc = (out[:, :K] == drafts.numpy()).cumprod(1).sum(1)
+    pvals = {}
+    for j in range(K + 1):
+        reached = nacc >= j
+        pvals[f"position {j}"] = chi2_pvalue(np.bincount(out[reached, j], minlength=V),
+                                             p[j].astype(np.float64))
+    law = ref.accepted_length_law(p.astype(np.float64), ok_q.astype(np.float64))
+    pvals["length"] = chi2_pvalue(np.bincount(nacc, minlength=K + 1), np.asarray(law))
+    return pvals
+
+
+SETTINGS = {"t1": (1.0, None, None), "t0.8_topp0.9": (0.8, None, 0.9),
+            "t0.7_topk3": (0.7, 3, None)}
+
+
+@pytest.mark.parametrize("name", list(SETTINGS))
+def test_random_sampling_statistics(name):
+    pvals = run_stat_case(SETTINGS[name], n=20000)
+    assert min(pvals.values()) > ALPHA, pvals
+
+
+def test_negative_control_fails():
+    """The same tests reject a sampler told the wrong draft distribution (biased output)."""
+    pvals = run_stat_case(SETTINGS["t1"], n=20000, lie_about_q=True)
+    assert min(pvals.values()) < ALPHA, pvals
+
+
+def test_ragged_k0_random():
+    """Bonus-only requests next to full blocks: the bonus row's law is the target's."""
+    V, n = 5, 6000
+    g = torch.Generator().manual_seed(3)
+    row = torch.randn(V, generator=g)
+    spec = [[] if i % 2 else [int(torch.randint(0, V, (), generator=g))] for i in range(n)]
+    rows = []
+    for ids in spec:
+        rows += [row] * (len(ids) + 1)
+    logits = torch.stack(rows)
+    out = ours()(make_md(spec), None, logits, make_sm(temperature=torch.ones(n)))
+    toks = out.sampled_token_ids.numpy()
+    assert toks.shape == (n, 2)
+    bonus_only = toks[1::2]
+    assert (bonus_only[:, 1] == P).all()
+    p = torch.softmax(row, -1).double().numpy()
+    assert chi2_pvalue(np.bincount(bonus_only[:, 0], minlength=V), p) > ALPHA
+
+
+# ----------------------------------------------------------------------------- processors
+@needs_vllm_kernels
+def test_penalties_applied_like_vllm_greedy():
+    V = 20
+    g = torch.Generator().manual_seed(5)
+    spec = [[3, 4, 5], [6, 7]]
+    logits = torch.zeros(7, V)
+    logits[:, 3] = 2.0                                # token 3 wins unless penalised,
+    logits[:, 9] = 1.5                                # then token 9
+    logits += 0.01 * torch.randn(7, V, generator=g)
+    kw = dict(output_token_ids=[[3, 3], [1]], spec_token_ids=spec,
+              prompt_token_ids=torch.tensor([[3, 2], [3, 0]]),
+              repetition=[1.5, 1.2], frequency=[0.5, 0.0], presence=[0.5, 0.1], B=2)
+    a = ours()(make_md(spec), None, logits, make_sm(**kw)).sampled_token_ids
+    b = theirs()(make_md(spec), None, logits.clone(), make_sm(**kw)).sampled_token_ids
+    assert torch.equal(a, b)
+    plain = ours()(make_md(spec), None, logits, make_sm(B=2)).sampled_token_ids
+    assert not torch.equal(a, plain)                  # the penalties did something
+
+
+def test_bad_words_and_allowed_tokens_never_emitted():
+    V, n = 8, 300
+    spec = [[1, 2]] * n
+    logits = torch.zeros(3 * n, V)
+    bad = {i: [[5]] for i in range(n)}
+    allowed = torch.zeros(n, V, dtype=torch.bool)
+    allowed[:, 7] = True                              # True = masked out in vLLM
+    sm = make_sm(temperature=torch.ones(n), bad_words=bad, allowed_mask=allowed,
+                 output_token_ids=[[] for _ in range(n)], spec_token_ids=spec)
+    out = ours()(make_md(spec), None, logits, sm).sampled_token_ids
+    assert not ((out == 5) | (out == 7)).any()
+    assert ((out == 0) | (out == 3)).any()            # other tokens do come out
+
+
+def test_logit_bias_applies_to_draft_and_bonus_rows():
+    V = 10
+    lb = LogitBiasLogitsProcessor_with({0: {9: 300.0}, 1: {8: 300.0}})
+    spec = [[1, 2], [3]]
+    logits = logits_for(spec, [[1, 2, 4], [3, 4]], V=V)
+    out = ours()(make_md(spec), None, logits,
+                 make_sm(logitsprocs=LogitsProcessors([lb]), B=2)).sampled_token_ids
+    assert out.tolist() == [[9, P, P], [8, P, P]]
+
+
+def LogitBiasLogitsProcessor_with(biases):
+    from vllm.v1.sample.logits_processor.builtin import LogitBiasLogitsProcessor
+    p = LogitBiasLogitsProcessor(None, torch.device("cpu"), False)
+    reqs, toks, vals = [], [], []
+    for r, d in biases.items():
+        for t, v in d.items():
+            reqs.append(r), toks.append(t), vals.append(v)
+    p.biases = biases
+    p.bias_tensor = torch.tensor(vals)
+    p.logits_slice = (torch.tensor(reqs, dtype=torch.int32), torch.tensor(toks, dtype=torch.int32))
+    return p
+
+
+def test_unsupported_argmax_invariant_processor_refused():
+    class Custom:
+        def is_argmax_invariant(self):
+            return True
+
+        def apply(self, logits):
+            return logits
+
+    spec = [[1]]
+    logits = torch.randn(2, 10)
+    with pytest.raises(NotImplementedError, match="argmax-invariant"):
+        ours()(make_md(spec), None, logits,
+               make_sm(temperature=torch.ones(1), logitsprocs=LogitsProcessors([Custom()])))
+
+
+def test_processed_logprobs_refused_raw_logprobs_returned():
+    spec = [[1, 2]]
+    logits = logits_for(spec, [[1, 5, 6]], V=10)
+    rs = sv.SpecopsRejectionSampler(Sampler(logprobs_mode="processed_logprobs"))
+    with pytest.raises(NotImplementedError, match="raw_logprobs"):
+        rs(make_md(spec), None, logits, make_sm(max_num_logprobs=2))
+    out = ours()(make_md(spec), None, logits, make_sm(max_num_logprobs=2))
+    assert out.sampled_token_ids.tolist() == [[1, 5, P]]
+    assert out.logprobs_tensors is not None
+    lp = out.logprobs_tensors.logprobs
+    assert lp.shape[0] == 3 and torch.isfinite(lp[:2]).all()
+
+
+def test_synthetic_mode_refused():
+    from types import SimpleNamespace
+    cfg = SimpleNamespace(rejection_sample_method="synthetic", synthetic_acceptance_rates=[0.5])
+    with pytest.raises(NotImplementedError, match="synthetic"):
+        sv.SpecopsRejectionSampler(Sampler(), cfg, torch.device("cpu"))
+
+
+def test_nan_row_yields_placeholder_not_garbage():
+    spec = [[1, 2], [3]]
+    logits = logits_for(spec, [[1, 2, 4], [3, 4]], V=10)
+    logits[1, :] = float("nan")                       # request 0, draft position 1
+    rs = ours()
+    out = rs(make_md(spec), None, logits, make_sm(B=2)).sampled_token_ids
+    assert out.tolist() == [[1, P, P], [3, 4, P]]
+    assert rs.last_valid.tolist() == [False, True]
+
+
+# ----------------------------------------------------------------------------- plugin
+def test_register_patches_vllm_and_unregister_restores():
+    import vllm.v1.sample.rejection_sampler as vrs
+    try:
+        sv.register()
+        assert vrs.RejectionSampler is sv.SpecopsRejectionSampler
+        built = vrs.RejectionSampler(Sampler())
+        assert isinstance(built, VllmRS)
+        sv.register()                                  # idempotent
+        assert vrs.RejectionSampler is sv.SpecopsRejectionSampler
+    finally:
+        sv.unregister()
+    assert vrs.RejectionSampler is VllmRS
+
+
+def test_entry_point_declared():
+    from importlib.metadata import entry_points
+    eps = [e for e in entry_points(group="vllm.general_plugins") if e.name == "specops"]
+    if not eps:
+        pytest.skip("specops is not pip-installed in this environment (entry point not "
+                    "visible); pyproject.toml declares it")
+    assert eps[0].value == "specops.integrations.vllm:register"
