@@ -78,6 +78,10 @@ packages, package_dir = _packages()
 build_cpp = os.environ.get("SPECOPS_BUILD_CPP", "1").strip().lower() not in ("0", "false",
                                                                                 "no", "off")
 
+if not build_cpp:  # never package a _C left in build/ by an earlier in-tree build
+    for stale in ROOT.glob("build/lib*/specops/_C*"):
+        stale.unlink()
+
 setup(
     packages=packages,
     package_dir=package_dir,

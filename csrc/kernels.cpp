@@ -17,11 +17,13 @@
 #include "pexp.h"
 #include "philox.h"
 
-#if defined(__SSE2__)
+// SPECOPS_NO_SIMD builds the portable scalar code only (what non-x86 targets get); the tests
+// hold both builds to the reference.
+#if defined(__SSE2__) && !defined(SPECOPS_NO_SIMD)
 #include <emmintrin.h>
 #define SPECOPS_SSE2 1
 #endif
-#if defined(__x86_64__) && defined(__GNUC__)
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(SPECOPS_NO_SIMD)
 #include <immintrin.h>
 #define SPECOPS_AVX2_DISPATCH 1
 #endif
@@ -104,24 +106,6 @@ Work& work() {
 }
 
 // ------------------------------------------------------------------ row checks
-template <class L>
-int64_t greedy_argmax_logits_generic(L ld, int64_t V) {
-  // -1 if the row is invalid (NaN, +inf, all -inf, empty), else the lowest-index argmax.
-  if (V <= 0) return -1;
-  int bad = 0, allneg = 1;
-  float mx = -kInf;
-  for (int64_t i = 0; i < V; ++i) {
-    const float l = ld(i);
-    bad |= int(l != l) | int(l == kInf);
-    allneg &= int(l == -kInf);
-    mx = l > mx ? l : mx;
-  }
-  if (bad || allneg) return -1;
-  for (int64_t i = 0; i < V; ++i)
-    if (ld(i) == mx) return i;
-  return -1;
-}
-
 bool probs_row_valid(const float* p, int64_t V) {
   int bad = 0;
   uint64_t mass = 0;
@@ -339,8 +323,10 @@ inline __m128 pexp4(__m128 d) {
 // Pass 2, in place: e = x >= thr ? pexp(x - m) : 0; returns S = sum trunc(e * 2^40).
 // E is split exactly as hi * 2^20 + lo with hi = trunc(e * 2^20), lo = trunc(frac * 2^20)
 // (both < 2^21, summed in int32 lanes over blocks, then in int64).
+#ifdef SPECOPS_AVX2_DISPATCH
 uint64_t exp_pass_avx2(float* x, int64_t V, float m, float thr);
 bool have_avx2();
+#endif
 
 uint64_t exp_pass(float* x, int64_t V, float m, float thr) {
 #ifdef SPECOPS_AVX2_DISPATCH

@@ -36,6 +36,11 @@ def _report_rows():
           ", ".join(f"{k}={v}" for k, v in sorted(ROWS.items())))
 
 
+# min_p > 1 masks every token: the reference divides by a zero kept mass (and warns) before
+# zeroing the row; that is the documented behaviour being compared, not a test problem.
+pytestmark = pytest.mark.filterwarnings("ignore:divide by zero:RuntimeWarning",
+                                        "ignore:invalid value encountered:RuntimeWarning")
+
 DTYPES = [torch.float32, torch.bfloat16, torch.float16]
 KAT = "/work/shared/philox_kat.txt"
 
@@ -109,6 +114,9 @@ SETTINGS = {  # name: (temperature, top_k, top_p, min_p)
     "top_p_zero": (1.0, 0, 0.0, 0.0),     # below the public API's range: keeps the argmax group
     "min_p_gt1": (1.0, 0, 1.0, 1.5),      # masks everything: an all-zero row, draws give -1
 }
+
+
+EXOTIC = ("top_p_zero", "min_p_gt1")
 
 
 def _logit_rows(rng, n, V, dtype, specials=True):
@@ -195,7 +203,7 @@ def _random_batch(rng, B, K, V, dtype, draft_kind, target_kind, greedy_mode, lay
     if rng.random() < 0.5:
         nd[0] = K
     trs, drs, N, T = _canonical(B, K, V, nd, layout, rng)
-    names = [n for n in SETTINGS if n != "greedy"]
+    names = [n for n in SETTINGS if n != "greedy" and (specials or n not in EXOTIC)]
     if greedy_mode == "all":
         names = ["greedy"]
     elif greedy_mode == "mixed":
@@ -304,10 +312,23 @@ VERIFY_CASES = [
 def test_verify_bitwise(case):
     V, B, K, dtype, draft_kind, target_kind, greedy_mode, layout = case
     rng = np.random.default_rng(hash(tuple(map(str, case))) % 2 ** 32)
-    reps = 3 if V <= 1000 else 1
+    reps = 6 if V <= 1000 else 2
     for _ in range(reps):
         _check_verify(_random_batch(rng, B, K, V, dtype, draft_kind, target_kind, greedy_mode,
                                     layout))
+
+
+def test_verify_random_mix():
+    """Many small random batches over every combination of layout, dtype, draft kind,
+    target kind and greedy mix."""
+    rng = np.random.default_rng(99)
+    for _ in range(120):
+        V = int(rng.choice([1, 2, 3, 17, 256]))
+        K = int(rng.integers(0, 6))
+        _check_verify(_random_batch(
+            rng, int(rng.integers(1, 12)), K, V, DTYPES[int(rng.integers(3))],
+            str(rng.choice(["none", "probs", "logits"])), str(rng.choice(["logits", "probs"])),
+            str(rng.choice(["none", "mixed", "all"])), str(rng.choice(["padded", "packed"]))))
 
 
 def test_verify_point_mass_acceptance_is_exercised():
