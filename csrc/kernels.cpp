@@ -617,7 +617,7 @@ uint64_t weight_blocks(const float* p, const float* q, float* r, int64_t V, uint
         __m128 r4 = p4;
         if (HAS_Q) {
           const __m128 q4 = _mm_loadu_ps(q + i);
-          r4 = _mm_and_ps(_mm_cmpgt_ps(p4, q4), _mm_sub_ps(p4, q4));
+          r4 = _mm_and_ps(_mm_cmpgt_ps(p4, q4), _mm_sub_ps(p4, _mm_max_ps(q4, zero)));
         }
         _mm_storeu_ps(r + i, r4);
         const __m128 okm = _mm_and_ps(_mm_cmpge_ps(r4, zero), _mm_cmple_ps(r4, one));
@@ -648,7 +648,7 @@ uint64_t weight_blocks(const float* p, const float* q, float* r, int64_t V, uint
       float ri = pi;
       if (HAS_Q) {
         const float qi = q[i];
-        ri = pi > qi ? pi - qi : 0.0f;
+        ri = pi > qi ? pi - std::max(qi, 0.0f) : 0.0f;
       }
       r[i] = ri;
       const bool ok = ri >= 0.0f && ri <= 1.0f;
@@ -716,7 +716,7 @@ int64_t draw_rows(const float* p, const float* q, int64_t y, int64_t V, uint64_t
   if (q) {
     auto rf = [p, q](int64_t i) {
       const float a = p[i], b = q[i];
-      return a > b ? a - b : 0.0f;
+      return a > b ? a - std::max(b, 0.0f) : 0.0f;
     };
     return draw_from(rf, pf, V, U, w);
   }

@@ -13,7 +13,10 @@ Walk ``j = 0, 1, ...``:
 * accept ``y_j`` iff ``u_j * q_j(y_j) < p_j(y_j)`` (strict; evaluated in float64 on the
   float32 values; ``u_j = w0 * 2**-32``);
 * on the first rejection emit one token drawn from the residual
-  ``r_j(x) = p_j(x) - q_j(x) if p_j(x) > q_j(x) else 0`` (float32 subtraction) and stop;
+  ``r_j(x) = p_j(x) - max(q_j(x), 0) if p_j(x) > q_j(x) else 0`` (float32 subtraction) and
+  stop.  (*Reading*: the ``max(q, 0)`` only matters for a malformed draft row with negative
+  entries; it keeps ``0 <= r <= p`` so the integer weights below can never overflow, without
+  reading the whole draft row to validate it);
 * if all ``K_b`` drafts are accepted, emit a bonus token drawn from ``p_{K_b}``.
 
 Output row b: accepted drafts, then the correction/bonus token, then ``-1``;
@@ -301,7 +304,7 @@ def integer_weights(r) -> np.ndarray:
 
 
 def residual_row(p: np.ndarray, q: Optional[np.ndarray], y: int) -> np.ndarray:
-    """r = p - q where p > q else 0 (float32); point-mass q (None) zeroes p at y."""
+    """r = p - max(q, 0) where p > q else 0 (float32); point-mass q (None) zeroes p at y."""
     p = np.asarray(p, dtype=np.float32)
     if q is None:
         r = p.copy()
@@ -309,7 +312,8 @@ def residual_row(p: np.ndarray, q: Optional[np.ndarray], y: int) -> np.ndarray:
         return r
     q = np.asarray(q, dtype=np.float32)
     with np.errstate(invalid="ignore"):
-        return np.where(p > q, p - q, np.float32(0.0)).astype(np.float32)
+        return np.where(p > q, p - np.maximum(q, np.float32(0.0)), np.float32(0.0)
+                        ).astype(np.float32)
 
 
 def draw_index(W: np.ndarray, U: int) -> int:

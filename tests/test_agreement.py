@@ -65,3 +65,22 @@ def test_probabilities_bit_identical(backend, dt, V):
     assert torch.equal(gv, wv)
     assert torch.equal(got.view(torch.int32), want.view(torch.int32))      # bitwise
     count_rows(f"{backend} probability rows", rows)
+
+
+@pytest.mark.skipif(not NATIVE, reason="no native backend built (specops._C / triton)")
+@pytest.mark.parametrize("backend", NATIVE)
+def test_malformed_draft_probs_stay_in_range_and_agree(backend):
+    """Negative, huge, -inf and NaN draft probabilities: r = p - max(q, 0) keeps 0 <= r <= p."""
+    kw = make_case("full", 50, 4, B=6)
+    q = kw["draft_probs"].clone()
+    q[0] = -1e30
+    q[1, :, ::2] = -float("inf")
+    q[2] = float("nan")
+    q[3] = 1e30
+    q[4, :, 3] = -0.5
+    kw["draft_probs"] = q
+    want = specops.verify_block(**kw, backend="reference")
+    got = specops.verify_block(**kw, backend=backend)
+    assert torch.equal(got.token_ids, want.token_ids)
+    assert ((got.token_ids >= -1) & (got.token_ids < 50)).all()
+    assert got.valid.all()
