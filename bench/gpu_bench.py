@@ -246,23 +246,24 @@ def cuda_time(fn, min_reps=3, max_reps=20, target_s=0.05):
 
 def timings(budget_end):
     rows, skipped = [], []
-    for V in VOCABS:
-        for B in BATCHES:
-            for K in DRAFTS:
-                for setting in SETTINGS:
-                    if time.time() > budget_end:
-                        skipped.append((V, B, K, setting))
-                        continue
-                    try:
-                        rows.append(time_one(V, B, K, setting))
-                        r = rows[-1]
-                        log(f"  V={V:6d} B={B:2d} K={K} {setting:11s} triton {r['triton']:8.3f} "
-                            f"ms  eager {r['eager']:8.3f} ms  copy {r['copy']:7.3f} ms")
-                    except Exception as exc:   # noqa: BLE001
-                        log(f"  V={V} B={B} K={K} {setting}: error {exc!r}")
-                        traceback.print_exc()
-                    if not SMOKE:
-                        torch.cuda.empty_cache()
+    shapes = [(V, B, K, s) for V in VOCABS for B in BATCHES for K in DRAFTS for s in SETTINGS]
+    # most informative first (K = 4, B in {1, 64}), so a short budget still covers every V
+    shapes.sort(key=lambda c: (c[2] != 4, c[1] not in (1, 64), c[2], c[1]))
+    for V, B, K, setting in shapes:
+        if time.time() > budget_end:
+            skipped.append((V, B, K, setting))
+            continue
+        try:
+            rows.append(time_one(V, B, K, setting))
+            r = rows[-1]
+            log(f"  V={V:6d} B={B:2d} K={K} {setting:11s} triton {r['triton']:8.3f} "
+                f"ms  eager {r['eager']:8.3f} ms  copy {r['copy']:7.3f} ms")
+        except Exception as exc:   # noqa: BLE001
+            log(f"  V={V} B={B} K={K} {setting}: error {exc!r}")
+            traceback.print_exc()
+        if not SMOKE:
+            torch.cuda.empty_cache()
+    rows.sort(key=lambda r: (r["V"], r["B"], r["K"], list(SETTINGS).index(r["setting"])))
     return rows, skipped
 
 

@@ -324,7 +324,7 @@ def _residual_tile(p, q_row_ptr, idx, msk, y, bonus, inv_t, q_valid, qm, qthr, q
             lq = tl.load(q_row_ptr + idx, mask=qmsk & ((idx * 0 + q_valid) != 0), other=NEG_INF)
             q = probs_from_logits(lq.to(tl.float32), inv_t, qm, qthr, qtau, qmp, qs)
             q = tl.where(q_valid != 0, q, float("nan"))
-        r = tl.where(bonus != 0, p, tl.where(p > q, p - q, 0.0))
+        r = tl.where(bonus != 0, p, tl.where(p > q, p - tl.maximum(q, 0.0), 0.0))
     return r
 
 

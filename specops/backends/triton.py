@@ -5,6 +5,19 @@
 The kernels live in the top-level ``triton_kernels/`` directory, installed as
 ``specops.triton_kernels``.  In a source checkout that was not installed, the directory is
 loaded under that same name from the repository root.
+
+Exactness: every op reproduces ``specops.reference`` bit for bit (probabilities) and token for
+token (ids, num_accepted, valid): the portable exp, float32 multiply by the host 1/T, exact
+top-k / top-p thresholds by radix select over float32 bit patterns with int64 masses, the
+float64 renormalisation, Philox via ``tl.philox`` and the exact 64x64->128-bit draw.  Kernels
+are launched with ``enable_fp_fusion=False``; ``bench/gpu_compile_check.py`` checks the PTX
+(no float FMA, no approximate division, no flush-to-zero) and ``bench/gpu_check.sh`` checks
+agreement on a GPU.
+
+Layout: one program per request walks its block (verify, accept, residual_sample) or one
+program per row (sampling_probs), looping over the vocabulary in tiles of ``BLOCK_V`` lanes
+(masked past V).  ``verify`` does no host synchronisation (CUDA-graph capturable).  The
+vocabulary is not split across programs yet, so small batches leave most of a GPU idle.
 """
 from __future__ import annotations
 
@@ -54,7 +67,10 @@ _K = _load_kernels()
 
 
 def _interpreting() -> bool:
-    return os.environ.get("TRITON_INTERPRET", "0") not in ("", "0")
+    """Whether the kernels were decorated for Triton's interpreter (TRITON_INTERPRET=1 when
+    they were first imported)."""
+    kern = importlib.import_module(_K.__name__ + ".verify")._verify_kernel
+    return type(kern).__name__ == "InterpretedFunction"
 
 
 def _check_device(t):
