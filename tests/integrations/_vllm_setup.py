@@ -15,6 +15,11 @@ VLLM_KERNELS = False
 
 def prepare() -> bool:
     global VLLM_KERNELS
+    import torch
+    if torch.cuda.is_available():            # a GPU: vLLM's kernels run compiled as usual
+        from vllm.triton_utils import HAS_TRITON
+        VLLM_KERNELS = bool(HAS_TRITON)
+        return VLLM_KERNELS
     os.environ.setdefault("TRITON_INTERPRET", "1")
     added = False
     if importlib.util.find_spec("triton") is not None:

@@ -255,3 +255,23 @@ def test_max_new_tokens_zero_and_bad_args(models):
     assert torch.equal(out.sequences, ids)
     with pytest.raises(ValueError, match="left-padded"):
         specops.generate(target, close, ids, mask.flip(1), max_new_tokens=2)
+
+
+def test_mixed_greedy_and_sampled_batch(models):
+    """Greedy requests in a batch with sampled ones still equal the target's greedy output."""
+    target, close, _ = models
+    ids, mask = prompts()
+    out = specops.generate(target, close, ids, mask, max_new_tokens=12, num_draft_tokens=3,
+                           temperature=[0.0, 1.0, 0.0], seed=5, eos_token_id=[])
+    ref = hf_greedy(target, ids, mask, 12)
+    assert torch.equal(out.sequences[[0, 2], 6:], ref[[0, 2]])
+
+
+def test_one_token_prompts(models):
+    """L = 1 (no prefill): the draft's first step has a masked placeholder slot."""
+    target, close, small = models
+    ids = torch.tensor([[5], [9]])
+    for draft in (close, small):
+        out = specops.generate(target, draft, ids, max_new_tokens=10, num_draft_tokens=2,
+                               temperature=0.0, eos_token_id=[])
+        assert torch.equal(out.sequences[:, 1:], hf_greedy(target, ids, None, 10))
