@@ -9,6 +9,7 @@ from specops import api
 from tests.cases import make_case
 
 BACKENDS = [b for b in ("reference", "cpu") if b in specops.available_backends()]
+ALL_BACKENDS = [b for b in ("reference", "cpu", "triton") if b in specops.available_backends()]
 
 
 def base(B=2, K=3, V=11, seed=0):
@@ -283,7 +284,7 @@ def _canonical(kind="full", V=23, K=3):
                                   generator=None), **make_case(kind, V, K)})
 
 
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_opcheck_every_op(backend):
     from specops.ops import accept_op, residual_sample_op, sampling_probs_op, verify_op
     a = _canonical("mixed")
