@@ -35,6 +35,16 @@ constexpr float kInf = std::numeric_limits<float>::infinity();
 constexpr float kFltMin = 1.17549435082228750797e-38f;  // FLT_MIN
 constexpr double kEScale = 0x1p40;                    // E = trunc(e * 2^40)
 
+// top-p radix select (see top_p_select): level-1 buckets are e's bits >> 20 (1/8 binade).
+// Every non-negative float pattern has bits >> 20 < 2048 (e in [0, 1] uses keys <= 0x3f8), so
+// the key is a plain shift, masked only to stay inside the table whatever the input.
+constexpr int kP1Shift = 20;
+constexpr int kP1NB = 1 << (32 - 1 - kP1Shift);  // 2048
+constexpr int kP2Shift = 10;
+constexpr int kP2NB = 1 << (kP1Shift - kP2Shift);  // 1024
+
+inline uint32_t p1_key(float e) { return (float_to_bits(e) >> kP1Shift) & (kP1NB - 1); }
+
 // ------------------------------------------------------------------ element loads
 inline float bf16_to_f32(uint16_t h) { return bits_to_float(uint32_t(h) << 16); }
 
@@ -257,8 +267,18 @@ struct Pass1 {
   float mx = -kInf;
 };
 
+#ifdef SPECOPS_AVX2_DISPATCH
+template <bool STORE>
+__attribute__((target("avx2"))) Pass1 scale_max_avx2(const float* src, float* dst, int64_t V,
+                                                     float inv_t);
+bool have_avx2();
+#endif
+
 template <bool STORE>
 Pass1 scale_max(const float* src, float* dst, int64_t V, float inv_t) {
+#ifdef SPECOPS_AVX2_DISPATCH
+  if (V >= 8 && have_avx2()) return scale_max_avx2<STORE>(src, dst, V, inv_t);
+#endif
   Pass1 r;
   int64_t i = 0;
 #ifdef SPECOPS_SSE2
@@ -389,8 +409,87 @@ __attribute__((target("avx2"))) inline __m256 pexp8(__m256 d) {
   return _mm256_and_ps(ok, _mm256_mul_ps(s, scale));
 }
 
-__attribute__((target("avx2"))) uint64_t exp_pass_avx2(float* x, int64_t V, float m,
-                                                        float thr) {
+// Pass 1 with 8 lanes.  Only NaN is tracked per element: for a NaN-free row, "+inf present"
+// is max == +inf and "all -inf" is max == -inf.
+template <bool STORE>
+__attribute__((target("avx2"))) Pass1 scale_max_avx2(const float* src, float* dst, int64_t V,
+                                                     float inv_t) {
+  Pass1 r;
+  int64_t i = 0;
+  const __m256 vit = _mm256_set1_ps(inv_t);
+  __m256 vmx0 = _mm256_set1_ps(-kInf), vmx1 = vmx0, vnan = _mm256_setzero_ps();
+  for (; i + 16 <= V; i += 16) {
+    const __m256 x0 = _mm256_mul_ps(_mm256_loadu_ps(src + i), vit);
+    const __m256 x1 = _mm256_mul_ps(_mm256_loadu_ps(src + i + 8), vit);
+    if (STORE) {
+      _mm256_storeu_ps(dst + i, x0);
+      _mm256_storeu_ps(dst + i + 8, x1);
+    }
+    vnan = _mm256_or_ps(vnan, _mm256_cmp_ps(x0, x1, _CMP_UNORD_Q));
+    vmx0 = _mm256_max_ps(vmx0, x0);
+    vmx1 = _mm256_max_ps(vmx1, x1);
+  }
+  for (; i + 8 <= V; i += 8) {
+    const __m256 x0 = _mm256_mul_ps(_mm256_loadu_ps(src + i), vit);
+    if (STORE) _mm256_storeu_ps(dst + i, x0);
+    vnan = _mm256_or_ps(vnan, _mm256_cmp_ps(x0, x0, _CMP_UNORD_Q));
+    vmx0 = _mm256_max_ps(vmx0, x0);
+  }
+  bool nan = _mm256_movemask_ps(vnan) != 0;
+  alignas(32) float m0[8], m1[8];
+  _mm256_store_ps(m0, vmx0);
+  _mm256_store_ps(m1, vmx1);
+  float mx = -kInf;
+  for (int k = 0; k < 8; ++k) {
+    mx = m0[k] > mx ? m0[k] : mx;
+    mx = m1[k] > mx ? m1[k] : mx;
+  }
+  for (; i < V; ++i) {
+    const float x = src[i] * inv_t;
+    if (STORE) dst[i] = x;
+    nan |= x != x;
+    mx = x > mx ? x : mx;
+  }
+  r.bad = nan || mx == kInf;
+  r.allneg = mx == -kInf;
+  r.mx = mx;
+  return r;
+}
+template Pass1 scale_max_avx2<true>(const float*, float*, int64_t, float);
+template Pass1 scale_max_avx2<false>(const float*, float*, int64_t, float);
+
+// p_i = e_i >= cut ? flush(float32(float64(e_i) * 2^40 / S')) : 0 over a row, in place, with
+// 4-wide float64 division; blocks of 8 zeros (masked tokens) skip the division.  (A reciprocal
+// multiply with a rounding-boundary check was tried: no measurable gain, so the division stays.)
+__attribute__((target("avx2"))) void materialize_avx2(float* e, int64_t V, float cutf,
+                                                      double sdv, int64_t& i_out) {
+  int64_t i = 0;
+  const __m256d sc = _mm256_set1_pd(kEScale), sd = _mm256_set1_pd(sdv);
+  const __m256 cut = _mm256_set1_ps(cutf), fmin = _mm256_set1_ps(kFltMin),
+               zero = _mm256_setzero_ps();
+  for (; i + 8 <= V; i += 8) {
+    const __m256 ev = _mm256_loadu_ps(e + i);
+    const __m256 keep0 = _mm256_and_ps(_mm256_cmp_ps(ev, cut, _CMP_GE_OQ),
+                                       _mm256_cmp_ps(ev, zero, _CMP_NEQ_UQ));
+    if (_mm256_movemask_ps(keep0) == 0) {
+      _mm256_storeu_ps(e + i, zero);
+      continue;
+    }
+    const __m256d lo =
+        _mm256_div_pd(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(ev)), sc), sd);
+    const __m256d hi =
+        _mm256_div_pd(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(ev, 1)), sc), sd);
+    const __m256 p = _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo));
+    const __m256 keep = _mm256_and_ps(_mm256_cmp_ps(ev, cut, _CMP_GE_OQ),
+                                      _mm256_cmp_ps(p, fmin, _CMP_GE_OQ));
+    _mm256_storeu_ps(e + i, _mm256_and_ps(keep, p));
+  }
+  i_out = i;
+}
+
+template <bool SPARSE>
+__attribute__((target("avx2"))) uint64_t exp_pass_avx2_t(float* x, int64_t V, float m,
+                                                          float thr) {
   uint64_t S = 0;
   int64_t i = 0;
   const __m256 vm = _mm256_set1_ps(m), vthr = _mm256_set1_ps(thr),
@@ -400,14 +499,24 @@ __attribute__((target("avx2"))) uint64_t exp_pass_avx2(float* x, int64_t V, floa
     const int64_t end = std::min<int64_t>(V & ~int64_t(7), i + 2048);
     for (; i < end; i += 8) {
       const __m256 xv = _mm256_loadu_ps(x + i);
-      const __m256 e = _mm256_and_ps(_mm256_cmp_ps(xv, vthr, _CMP_GE_OQ),
-                                     pexp8(_mm256_sub_ps(xv, vm)));
+      __m256 e;
+      if (SPARSE) {  // top-k: most blocks are entirely below the threshold
+        const __m256 keep = _mm256_cmp_ps(xv, vthr, _CMP_GE_OQ);
+        if (_mm256_movemask_ps(keep) == 0) {
+          _mm256_storeu_ps(x + i, _mm256_setzero_ps());
+          continue;
+        }
+        e = _mm256_and_ps(keep, pexp8(_mm256_sub_ps(xv, vm)));
+      } else {
+        e = pexp8(_mm256_sub_ps(xv, vm));
+      }
       _mm256_storeu_ps(x + i, e);
       const __m256 y = _mm256_mul_ps(e, s20);
       const __m256i hi = _mm256_cvttps_epi32(y);
       const __m256 frac = _mm256_sub_ps(y, _mm256_cvtepi32_ps(hi));
+      const __m256i lo = _mm256_cvttps_epi32(_mm256_mul_ps(frac, s20));
       ahi = _mm256_add_epi32(ahi, hi);
-      alo = _mm256_add_epi32(alo, _mm256_cvttps_epi32(_mm256_mul_ps(frac, s20)));
+      alo = _mm256_add_epi32(alo, lo);
     }
     alignas(32) int32_t h8[8], l8[8];
     _mm256_store_si256(reinterpret_cast<__m256i*>(h8), ahi);
@@ -421,6 +530,14 @@ __attribute__((target("avx2"))) uint64_t exp_pass_avx2(float* x, int64_t V, floa
     S += uint64_t(emass(e));
   }
   return S;
+}
+
+uint64_t exp_pass_avx2(float* x, int64_t V, float m, float thr) {
+  // thr == -inf keeps every token: x >= -inf holds for every x of a NaN-free row, and
+  // pexp(-inf - m) = 0 for x = -inf, so the compare can be dropped.  (Filling the top-p
+  // histogram here, from the lanes in registers, was tried: ~20% slower than its own pass.)
+  return thr == -kInf ? exp_pass_avx2_t<false>(x, V, m, thr)
+                      : exp_pass_avx2_t<true>(x, V, m, thr);
 }
 
 bool have_avx2() {
@@ -438,6 +555,9 @@ bool have_avx2() {
 void materialize(RowP& P, int64_t V) {
   float* e = const_cast<float*>(P.e);
   int64_t i = 0;
+#ifdef SPECOPS_AVX2_DISPATCH
+  if (V >= 8 && have_avx2()) materialize_avx2(e, V, P.cut, P.sd, i);
+#endif
 #ifdef SPECOPS_SSE2
   const __m128d sc = _mm_set1_pd(kEScale), sd = _mm_set1_pd(P.sd);
   const __m128 cut = _mm_set1_ps(P.cut), fmin = _mm_set1_ps(kFltMin);
@@ -495,6 +615,119 @@ uint64_t masked_mass(const float* e, int64_t V, float cut) {
   return S;
 }
 
+// ------------------------------------------------------------------ exact top-p select
+// tau = the largest e with float64(sum of E over e >= tau) >= float64(top_p) * float64(S), and
+// the kept mass S' = sum of E over e >= tau, found without sorting the row: e >= 0, so the
+// float bit patterns order like the values and a radix select on them is exact.
+//   level 1: integer mass per bucket of bits >> 20 (1/8 binade; keys <= 0x3f8 for e <= 1),
+//            two interleaved histograms so that neighbouring tokens do not serialise on
+//            one counter;
+//   level 2: the tokens of the crossing bucket (vectorised compare), mass per bucket of
+//            their next 10 bits;
+//   level 3: the few tokens of that sub-bucket, sorted, walked in tie groups.
+// Every mass is an exact integer sum, so the answer is the reference's bit for bit.
+// (e >= 0 here: +0 for masked tokens, pexp otherwise.)
+struct TopP {
+  float tau;
+  int64_t kept;  // S' = sum of E over e >= tau, or -1 when the caller must recompute it
+};
+
+
+// Appends the e values of e[0..V) whose level-1 key is k to c; returns the count.
+int64_t gather_p1(const float* e, int64_t V, int k, float* c) {
+  int64_t n = 0, i = 0;
+#ifdef SPECOPS_SSE2
+  const __m128i vk = _mm_set1_epi32(k), km = _mm_set1_epi32(kP1NB - 1);
+  for (; i + 4 <= V; i += 4) {
+    const __m128 ev = _mm_loadu_ps(e + i);
+    const __m128i key = _mm_and_si128(_mm_srli_epi32(_mm_castps_si128(ev), kP1Shift), km);
+    const __m128i hit = _mm_cmpeq_epi32(key, vk);
+    int mask = _mm_movemask_ps(_mm_castsi128_ps(hit));
+    while (mask) {
+      const int t = __builtin_ctz(mask);
+      c[n++] = e[i + t];
+      mask &= mask - 1;
+    }
+  }
+#endif
+  for (; i < V; ++i)
+    if (int(p1_key(e[i])) == k) c[n++] = e[i];
+  return n;
+}
+
+TopP top_p_select(const float* e, int64_t V, float top_p, int64_t S, Work& w) {
+  const double target = double(top_p) * double(S);
+  if (!(target > 0.0)) return {1.0f, -1};  // the largest e (= 1, the argmax) qualifies
+  // level 1 (no allocation after the first call: hmass only grows)
+  if (w.hmass.size() < size_t(2 * kP1NB + kP2NB)) w.hmass.resize(size_t(2 * kP1NB + kP2NB));
+  int64_t* ha = w.hmass.data();
+  int64_t* hb = ha + kP1NB;
+  std::memset(ha, 0, sizeof(int64_t) * 2 * kP1NB);
+  int64_t i = 0;
+  for (; i + 2 <= V; i += 2) {
+    const float e0 = e[i], e1 = e[i + 1];
+    ha[p1_key(e0)] += int64_t(e0 * 0x1p40f);  // e in [0, 1]: exact, in range
+    hb[p1_key(e1)] += int64_t(e1 * 0x1p40f);
+  }
+  if (i < V) ha[p1_key(e[i])] += int64_t(e[i] * 0x1p40f);
+  // For target > 0 the crossing group has E > 0, so buckets without mass are skipped.
+  int64_t above = 0;
+  int k1 = -1;
+  for (int k = kP1NB - 1; k >= 0; --k) {
+    const int64_t m = ha[k] + hb[k];
+    if (!m) continue;
+    if (double(above + m) >= target) {
+      k1 = k;
+      break;
+    }
+    above += m;
+  }
+  if (k1 < 0) {  // unreachable for top_p < 1; mirror the reference's fallback (min e)
+    float mn = kInf;
+    for (int64_t t = 0; t < V; ++t) mn = e[t] < mn ? e[t] : mn;
+    return {mn, -1};
+  }
+  float* c = grow(w.tmp, V);
+  int64_t nc = gather_p1(e, V, k1, c);
+  // level 2 over the candidates (keys relative to the bucket base, clamped: monotone)
+  if (nc > 32) {
+    const int64_t above1 = above;
+    int64_t* h2 = w.hmass.data() + 2 * kP1NB;
+    std::memset(h2, 0, sizeof(int64_t) * kP2NB);
+    const uint32_t base = uint32_t(k1) << kP1Shift;
+    auto key2 = [base](float v) {
+      const uint32_t u = float_to_bits(v);
+      return std::min<uint32_t>(u >= base ? (u - base) >> kP2Shift : 0, kP2NB - 1);
+    };
+    for (int64_t t = 0; t < nc; ++t) h2[key2(c[t])] += int64_t(c[t] * 0x1p40f);
+    int k2 = -1;
+    for (int k = kP2NB - 1; k >= 0; --k) {
+      const int64_t m = h2[k];
+      if (!m) continue;
+      if (double(above + m) >= target) {
+        k2 = k;
+        break;
+      }
+      above += m;
+    }
+    if (k2 >= 0) {
+      int64_t n2 = 0;
+      for (int64_t t = 0; t < nc; ++t)
+        if (int(key2(c[t])) == k2) c[n2++] = c[t];
+      nc = n2;
+    } else {  // unreachable (the level-1 bucket's mass crosses): walk all its candidates
+      above = above1;
+    }
+  }
+  std::sort(c, c + nc, std::greater<float>());
+  int64_t run = above;
+  for (int64_t t = 0; t < nc; ++t) {
+    run += int64_t(c[t] * 0x1p40f);
+    if ((t + 1 == nc || c[t] != c[t + 1]) && double(run) >= target) return {c[t], run};
+  }
+  return {c[nc - 1], -1};
+}
+
 // The k-th largest x (0 < k < V, no NaN): radix select on order-preserving keys of the float
 // bits (11-bit histogram), then nth_element among the candidates of the selected bucket.
 inline uint32_t order_key(float f) {
@@ -502,7 +735,56 @@ inline uint32_t order_key(float f) {
   return u ^ (uint32_t(int32_t(u) >> 31) | 0x80000000u);
 }
 
+// Streaming select for small k: one vectorised pass keeps a buffer of every x >= thr, where
+// thr is the k-th largest of the buffer at its last compaction (so thr never exceeds the
+// row's k-th largest and no element >= it is ever dropped); the answer is the k-th largest of
+// the final buffer.  Returns false (caller falls back to the histogram select) when ties keep
+// the buffer from shrinking.
+bool topk_threshold_stream(const float* x, int64_t V, int64_t k, Work& w, float& out) {
+  const int64_t cap = std::min<int64_t>(V, 8 * k + 2048);
+  float* c = grow(w.tmp, cap + 8);
+  int64_t n = 0, i = 0;
+  float thr = -kInf;
+  auto compact = [&]() {
+    std::nth_element(c, c + (k - 1), c + n, std::greater<float>());
+    thr = c[k - 1];
+    int64_t m = k;
+    for (int64_t t = k; t < n; ++t)
+      if (c[t] == thr) c[m++] = c[t];
+    n = m;
+    return n <= cap / 2;
+  };
+#ifdef SPECOPS_SSE2
+  __m128 vt = _mm_set1_ps(thr);
+  for (; i + 4 <= V; i += 4) {
+    int mask = _mm_movemask_ps(_mm_cmpge_ps(_mm_loadu_ps(x + i), vt));
+    if (!mask) continue;
+    while (mask) {
+      const int t = __builtin_ctz(mask);
+      c[n++] = x[i + t];
+      mask &= mask - 1;
+    }
+    if (n > cap - 4) {
+      if (!compact()) return false;
+      vt = _mm_set1_ps(thr);
+    }
+  }
+#endif
+  for (; i < V; ++i) {
+    if (x[i] >= thr) c[n++] = x[i];
+    if (n > cap - 4 && !compact()) return false;
+  }
+  if (n < k) return false;  // unreachable for a NaN-free row with k < V
+  std::nth_element(c, c + (k - 1), c + n, std::greater<float>());
+  out = c[k - 1];
+  return true;
+}
+
 float topk_threshold(const float* x, int64_t V, int64_t k, Work& w) {
+  if (k <= 4096) {
+    float thr;
+    if (topk_threshold_stream(x, V, k, w, thr)) return thr;
+  }
   constexpr int kShift = 21, kNB = 1 << (32 - kShift);
   w.hcnt.assign(kNB, 0);
   int32_t* h = w.hcnt.data();
@@ -515,8 +797,21 @@ float topk_threshold(const float* x, int64_t V, int64_t k, Work& w) {
   }
   const int64_t need = k - above;  // rank inside bucket b, 1-based
   float* c = grow(w.tmp, V);
-  int64_t nc = 0;
-  for (int64_t i = 0; i < V; ++i)
+  int64_t nc = 0, i = 0;
+#ifdef SPECOPS_SSE2
+  const __m128i vb = _mm_set1_epi32(b), sgn = _mm_set1_epi32(int32_t(0x80000000u));
+  for (; i + 4 <= V; i += 4) {
+    const __m128i u = _mm_castps_si128(_mm_loadu_ps(x + i));
+    const __m128i key = _mm_xor_si128(u, _mm_or_si128(_mm_srai_epi32(u, 31), sgn));
+    int mask = _mm_movemask_ps(_mm_castsi128_ps(_mm_cmpeq_epi32(_mm_srli_epi32(key, kShift), vb)));
+    while (mask) {
+      const int t = __builtin_ctz(mask);
+      c[nc++] = x[i + t];
+      mask &= mask - 1;
+    }
+  }
+#endif
+  for (; i < V; ++i)
     if (int(order_key(x[i]) >> kShift) == b) c[nc++] = x[i];
   std::nth_element(c, c + (need - 1), c + nc, std::greater<float>());
   return c[need - 1];
@@ -535,9 +830,17 @@ bool transform_row(L ld, int64_t V, float inv_t, int64_t top_k, float top_p, flo
   uint64_t S = exp_pass(ebuf, V, p1.mx, thr);
   float cut = 0.0f;
   const bool use_p = top_p < 1.0f, use_min = min_p > 0.0f;
-  if (use_p) cut = top_p_threshold(ebuf, V, top_p, int64_t(S), w);
-  if (use_min) cut = std::max(cut, min_p);
-  if (use_p || use_min) S = masked_mass(ebuf, V, cut);
+  int64_t kept = -1;
+  if (use_p) {
+    const TopP tp = top_p_select(ebuf, V, top_p, int64_t(S), w);
+    cut = tp.tau;
+    kept = tp.kept;
+  }
+  if (use_min) {
+    kept = min_p > cut ? -1 : kept;
+    cut = std::max(cut, min_p);
+  }
+  if (use_p || use_min) S = kept >= 0 ? uint64_t(kept) : masked_mass(ebuf, V, cut);
   out.e = ebuf;
   out.cut = cut;
   out.sd = double(int64_t(S));
@@ -671,6 +974,99 @@ uint64_t weight_blocks(const float* p, const float* q, float* r, int64_t V, uint
   return S;
 }
 
+#ifdef SPECOPS_AVX2_DISPATCH
+// weight_blocks with 8 lanes (same digits, same exact integer block sums).
+template <bool HAS_Q>
+__attribute__((target("avx2"))) uint64_t weight_blocks_avx2(const float* p, const float* q,
+                                                            float* r, int64_t V,
+                                                            uint64_t* bsum, bool& bad) {
+  uint64_t S = 0;
+  int badi = 0;
+  const __m256 s20 = _mm256_set1_ps(0x1p20f), one = _mm256_set1_ps(1.0f),
+               zero = _mm256_setzero_ps();
+  for (int64_t b0 = 0, k = 0; b0 < V; b0 += kBlk, ++k) {
+    const int64_t b1 = std::min(V, b0 + kBlk);
+    int64_t i = b0;
+    __m256i vh = _mm256_setzero_si256(), vm = _mm256_setzero_si256(),
+            vl = _mm256_setzero_si256();
+    __m256 vbad = _mm256_setzero_ps();
+    for (; i + 8 <= b1; i += 8) {
+      const __m256 p8 = _mm256_loadu_ps(p + i);
+      // masked tokens (top-k / top-p / min-p rows are mostly zeros): r = 0, weight 0, and q
+      // need not be read (NaN p still takes the full path and its bad-row check)
+      if (_mm256_movemask_ps(_mm256_cmp_ps(p8, zero, _CMP_NEQ_UQ)) == 0) {
+        _mm256_storeu_ps(r + i, zero);
+        continue;
+      }
+      __m256 r8 = p8;
+      if (HAS_Q) {
+        const __m256 q8 = _mm256_loadu_ps(q + i);
+        r8 = _mm256_and_ps(_mm256_cmp_ps(p8, q8, _CMP_GT_OQ),
+                           _mm256_sub_ps(p8, _mm256_max_ps(q8, zero)));
+      }
+      _mm256_storeu_ps(r + i, r8);
+      const __m256 okm = _mm256_and_ps(_mm256_cmp_ps(r8, zero, _CMP_GE_OQ),
+                                       _mm256_cmp_ps(r8, one, _CMP_LE_OQ));
+      vbad = _mm256_or_ps(vbad, _mm256_xor_ps(okm, _mm256_castsi256_ps(_mm256_set1_epi32(-1))));
+      const __m256 y1 = _mm256_mul_ps(_mm256_and_ps(okm, r8), s20);
+      const __m256i h = _mm256_cvttps_epi32(y1);
+      const __m256 y2 = _mm256_mul_ps(_mm256_sub_ps(y1, _mm256_cvtepi32_ps(h)), s20);
+      const __m256i m = _mm256_cvttps_epi32(y2);
+      const __m256i l =
+          _mm256_cvttps_epi32(_mm256_mul_ps(_mm256_sub_ps(y2, _mm256_cvtepi32_ps(m)), s20));
+      vh = _mm256_add_epi32(vh, h);
+      vm = _mm256_add_epi32(vm, m);
+      vl = _mm256_add_epi32(vl, l);
+    }
+    alignas(32) int32_t a[8], bq[8], c[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(a), vh);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(bq), vm);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(c), vl);
+    int32_t sh = 0, sm = 0, sl = 0;
+    for (int t = 0; t < 8; ++t) {
+      sh += a[t];
+      sm += bq[t];
+      sl += c[t];
+    }
+    badi |= _mm256_movemask_ps(vbad);
+    for (; i < b1; ++i) {
+      const float pi = p[i];
+      float ri = pi;
+      if (HAS_Q) {
+        const float qi = q[i];
+        ri = pi > qi ? pi - std::max(qi, 0.0f) : 0.0f;
+      }
+      r[i] = ri;
+      const bool ok = ri >= 0.0f && ri <= 1.0f;
+      badi |= int(!ok);
+      const float rc = ok ? ri : 0.0f;
+      const float y1 = rc * 0x1p20f;
+      const int32_t h = int32_t(y1);
+      const float y2 = (y1 - float(h)) * 0x1p20f;
+      const int32_t m = int32_t(y2);
+      const int32_t l = int32_t((y2 - float(m)) * 0x1p20f);
+      sh += h;
+      sm += m;
+      sl += l;
+    }
+    bsum[k] = (uint64_t(uint32_t(sh)) << 40) + (uint64_t(uint32_t(sm)) << 20) +
+              uint64_t(uint32_t(sl));
+    S += bsum[k];
+  }
+  bad = badi != 0;
+  return S;
+}
+#endif
+
+template <bool HAS_Q>
+uint64_t weights(const float* p, const float* q, float* r, int64_t V, uint64_t* bsum,
+                 bool& bad) {
+#ifdef SPECOPS_AVX2_DISPATCH
+  if (have_avx2()) return weight_blocks_avx2<HAS_Q>(p, q, r, V, bsum, bad);
+#endif
+  return weight_blocks<HAS_Q>(p, q, r, V, bsum, bad);
+}
+
 int64_t draw_fast(const float* p, const float* q, int64_t y, int64_t V, uint64_t U, Work& w) {
   if (V <= 0) return -1;
   float* r = grow(w.r, V);
@@ -678,8 +1074,7 @@ int64_t draw_fast(const float* p, const float* q, int64_t y, int64_t V, uint64_t
   if (int64_t(w.bsum.size()) < nb) w.bsum.resize(size_t(nb));
   uint64_t* bs = w.bsum.data();
   bool bad = false;
-  uint64_t S = q ? weight_blocks<true>(p, q, r, V, bs, bad)
-                 : weight_blocks<false>(p, nullptr, r, V, bs, bad);
+  uint64_t S = q ? weights<true>(p, q, r, V, bs, bad) : weights<false>(p, nullptr, r, V, bs, bad);
   if (bad) return -2;
   if (y >= 0 && y < V) {
     const uint64_t wy = uint64_t(weight(r[y]));
@@ -688,7 +1083,7 @@ int64_t draw_fast(const float* p, const float* q, int64_t y, int64_t V, uint64_t
     r[y] = 0.0f;
   }
   if (S == 0) {
-    S = weight_blocks<false>(p, nullptr, r, V, bs, bad);
+    S = weights<false>(p, nullptr, r, V, bs, bad);
     if (bad) return -2;
   }
   if (S == 0 || int64_t(S) < 0) return -1;

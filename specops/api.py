@@ -48,6 +48,9 @@ def _check_tensor(name, t, dtypes, ndims=None, device=None):
         raise ValueError(f"{name} must be on {device} like the target, got {t.device}")
 
 
+_SCALAR_OK: dict = {}  # (name, dtype, type, value, check code) of scalars that passed
+
+
 def _per_request(name, value, B, dtype, device, check):
     """Scalar or [B] tensor/sequence -> [B] tensor of `dtype` on `device`, range-checked."""
     if isinstance(value, torch.Tensor):
@@ -65,6 +68,16 @@ def _per_request(name, value, B, dtype, device, check):
         if not dtype.is_floating_point and not isinstance(value, numbers.Integral):
             raise TypeError(f"{name} must be an int, got {value!r}")
         t = torch.full((B,), value, dtype=dtype, device=device)
+        # Memo of Python scalars that passed a check that depends on nothing else (no
+        # closure, e.g. not num_draft_tokens' "<= K"): skips the tensor ops of the check.
+        if check is not None and not _tracing() and check.__closure__ is None:
+            key = (name, dtype, type(value), value, check.__code__)
+            if key in _SCALAR_OK:
+                return t
+            if bool(check(t)[0]):
+                if len(_SCALAR_OK) < 4096:  # (NaN never compares equal: never cached)
+                    _SCALAR_OK[key] = True
+                return t
     elif isinstance(value, (list, tuple)):
         return _per_request(name, torch.tensor(value), B, dtype, device, check)
     else:
@@ -74,6 +87,13 @@ def _per_request(name, value, B, dtype, device, check):
         if not bool(ok):
             raise ValueError(f"{name} must be {expected}; got {t.tolist() if B <= 16 else t}")
     return t
+
+
+def _inv_temperature(temp):
+    """1/T on the host side of the contract: float32(1 / float64(T)); 0 marks greedy."""
+    t64 = temp.double()
+    return torch.where(t64 > 0, 1.0 / torch.where(t64 > 0, t64, torch.ones_like(t64)),
+                       torch.zeros_like(t64)).float()
 
 
 def _seeds(seed, offset, generator, B, device, all_greedy):
@@ -208,10 +228,7 @@ def _prepare(target_logits, draft_token_ids, draft_probs, target_probs, draft_lo
         if bool((top_k_t != 0).any() | (top_p_t != 1).any() | (min_p_t != 0).any()):
             raise ValueError("top_k, top_p and min_p must be off with target_probs (the "
                              "probabilities are taken as final); pass target_logits instead")
-    # 1/T on the host side of the contract: float32(1 / float64(T)), 0 marks greedy.
-    t64 = temp.double()
-    inv_temp = torch.where(t64 > 0, 1.0 / torch.where(t64 > 0, t64, torch.ones_like(t64)),
-                           torch.zeros_like(t64)).float()
+    inv_temp = _inv_temperature(temp)
     all_greedy = (not isinstance(temperature, torch.Tensor) and temperature == 0) or (
         isinstance(temperature, torch.Tensor) and temperature.device.type == "cpu"
         and not _tracing() and bool((temp == 0).all()))
@@ -334,9 +351,7 @@ def sampling_probs(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, backe
         return _per_request(name, v, n, dtype, dev, check)
     temp = flat("temperature", temperature, torch.float32,
                 lambda t: (((t >= 0) & torch.isfinite(t)).all(), "finite and >= 0"))
-    t64 = temp.double()
-    inv = torch.where(t64 > 0, 1.0 / torch.where(t64 > 0, t64, torch.ones_like(t64)),
-                      torch.zeros_like(t64)).float()
+    inv = _inv_temperature(temp)
     k = flat("top_k", top_k, torch.int64, lambda t: ((t >= 0).all(), "an int >= 0"))
     p = flat("top_p", top_p, torch.float32,
              lambda t: (((t > 0) & (t <= 1)).all(), "in (0, 1]"))

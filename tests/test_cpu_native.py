@@ -478,3 +478,83 @@ def test_draw_generic_path_for_out_of_range_draft_probs():
         y = ref.residual_sample(P, trs, ids, drs, nd, draft, greedy, seed, offset, na, max_k)
         assert torch.equal(x, y)
         count("residual_sample_requests", B)
+
+
+# ----------------------------------------------------------------------------- select paths
+def _select_rows(rng, V):
+    """Rows that steer the native threshold selection into each of its paths."""
+    g = rng.standard_normal((8, V)).astype(np.float32)
+    rows = [
+        g[0] * 3,                         # typical spread
+        g[1] * 0.05,                      # nearly flat: thousands of tokens per top-p bucket
+        np.round(g[2] * 4) / 4,           # heavy ties at every threshold
+        np.full(V, 0.25, np.float32),     # all equal (top-k stream select cannot shrink)
+        g[4] * 40,                        # e underflows for most tokens
+        np.where(rng.random(V) < 0.5, -np.inf, g[5]).astype(np.float32),  # half -inf
+        np.sort(g[6]),                    # ascending: the streaming buffer compacts often
+        np.round(g[7]) * 0.0,             # all zeros (-0 and +0 mixed below)
+    ]
+    rows[7][: V // 2] = -0.0
+    return torch.from_numpy(np.stack(rows))
+
+
+@pytest.mark.parametrize("V", [4103, 50000])
+def test_threshold_selection_paths_bitwise(V):
+    """top-k (streaming select, its histogram fallback for ties and for k > 4096) and top-p
+    (two-level radix select on the bit patterns, with the kept mass taken from the
+    histogram) against the reference, bit for bit."""
+    rng = np.random.default_rng(V)
+    rows = _select_rows(rng, V)
+    n = rows.shape[0]
+    combos = [(1.0, 50, 1.0, 0.0), (0.7, 300, 1.0, 0.0), (1.0, 4096, 1.0, 0.0),
+              (1.0, 5000, 1.0, 0.0), (1.0, V - 1, 1.0, 0.0), (0.8, 0, 0.95, 0.0),
+              (1.0, 0, 0.5, 0.0), (1.0, 0, 0.999, 0.0), (1.3, 0, 0.9, 0.01),
+              (0.9, 40, 0.9, 0.0), (1.0, 0, 0.3, 0.2)]
+    for t, k, p, m in combos:
+        it = torch.from_numpy(R.inv_temperature(np.full(n, t, np.float32)))
+        tk = torch.full((n,), k, dtype=torch.int64)
+        tp = torch.full((n,), p, dtype=torch.float32)
+        mp = torch.full((n,), m, dtype=torch.float32)
+        p_cpu, v_cpu = cpu.sampling_probs(rows, it, tk, tp, mp)
+        p_ref, v_ref = ref.sampling_probs(rows, it, tk, tp, mp)
+        bad = [i for i in range(n) if not torch.equal(p_cpu[i], p_ref[i])]
+        assert not bad, f"(T, k, p, min_p)={(t, k, p, m)}: rows differ {bad}"
+        assert torch.equal(v_cpu, v_ref)
+    count("sampling_probs", n * len(combos))
+
+
+_ENV_SCRIPT = r"""
+import sys, numpy as np, torch
+from specops.backends import cpu
+d = torch.load(sys.argv[1])
+p, v = cpu.sampling_probs(*d["sp"])
+out = cpu.verify(*d["vf"])
+torch.save({"p": p, "v": v, "out": out}, sys.argv[2])
+"""
+
+
+@pytest.mark.parametrize("env", ["SPECOPS_NO_AVX2"])
+def test_simd_paths_agree(env, tmp_path):
+    """The SSE2-only paths (SPECOPS_NO_AVX2=1: what a CPU without AVX2 runs) give the same
+    bits as the default process (AVX2 where the CPU has it)."""
+    import os
+    import subprocess
+    import sys
+    rng = np.random.default_rng(21)
+    V, n = 20011, 12
+    rows = _select_rows(rng, V)
+    names = list(SETTINGS)
+    logits = torch.cat([rows, _logit_rows(rng, n, V, torch.float32)])
+    params = _params(names, logits.shape[0])
+    vf = _random_batch(rng, 12, 3, V, torch.float32, "probs", "logits", "mixed", "padded",
+                       specials=False)
+    p0, v0 = cpu.sampling_probs(logits, *params)
+    out0 = cpu.verify(*vf)
+    src, dst = tmp_path / "in.pt", tmp_path / "out.pt"
+    torch.save({"sp": (logits, *params), "vf": vf}, src)
+    subprocess.run([sys.executable, "-c", _ENV_SCRIPT, str(src), str(dst)], check=True,
+                   env={**os.environ, env: "1"})
+    got = torch.load(dst)
+    assert torch.equal(got["p"], p0) and torch.equal(got["v"], v0)
+    for a, b in zip(got["out"], out0):
+        assert torch.equal(a, b)

@@ -17,6 +17,9 @@ _DTYPE_CODE = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 
 def _rows(t, probs: bool):
     """A CPU [rows, V] tensor the kernels can read in place (unit column stride)."""
+    if (t.device.type == "cpu" and t.dim() == 2 and t.dtype in _DTYPE_CODE
+            and (not probs or t.dtype == torch.float32) and (t.size(1) <= 1 or t.stride(1) == 1)):
+        return t  # fast path: already readable in place (only raw addresses are taken)
     t = t.detach()
     if t.device.type != "cpu":
         t = t.cpu()
@@ -31,6 +34,9 @@ def _rows(t, probs: bool):
 
 
 def _vec(t, dtype, n: int, name: str):
+    if (type(t) is torch.Tensor and t.dtype == dtype and t.dim() == 1 and t.device.type == "cpu"
+            and t.is_contiguous() and t.numel() >= n):
+        return t  # fast path: the common case from specops.api, no copy and no new tensor
     t = torch.as_tensor(t).detach()
     if t.device.type != "cpu":
         t = t.cpu()
@@ -78,6 +84,8 @@ def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start
               bool(draft_is_probs), it.data_ptr(), tk.data_ptr(), tp.data_ptr(),
               mp.data_ptr(), sd.data_ptr(), of.data_ptr(), B, max_k, tok.data_ptr(),
               nacc.data_ptr(), valid.data_ptr())
+    if dev.type == "cpu":
+        return tok, nacc, valid
     return tok.to(dev), nacc.to(dev), valid.to(dev)
 
 

@@ -1,26 +1,39 @@
-"""specops::verify — the fused verification step (no probability tensor materialised)."""
-from __future__ import annotations
+"""specops::verify — the fused verification step (no probability tensor materialised).
 
-from typing import Optional, Tuple
+Registered with ``torch.library.Library`` (schema + one Python kernel for CPU and CUDA +
+``register_fake``) rather than ``torch.library.custom_op``: the op is not differentiable and
+returns fresh tensors, so custom_op's autograd wrapper, dynamo-disable frame and per-call
+alias checks buy nothing here and cost ~15-40 us per call (measured in bench/results/cpu.md,
+latency case).  ``verify_op`` is the OpOverload ``torch.ops.specops.verify.default``: it is
+called, traced (``torch.compile(fullgraph=True)``) and opchecked exactly like the custom op.
+"""
+from __future__ import annotations
 
 import torch
 
 from specops.backends import registry
 
+_lib = torch.library.Library("specops", "FRAGMENT")
+_lib.define(
+    "verify(Tensor target, bool target_is_probs, Tensor target_row_start, Tensor draft_ids, "
+    "Tensor draft_row_start, Tensor num_draft, Tensor? draft, bool draft_is_probs, "
+    "Tensor inv_temp, Tensor top_k, Tensor top_p, Tensor min_p, Tensor seed, Tensor offset, "
+    "int max_k, str backend) -> (Tensor, Tensor, Tensor)")
 
-@torch.library.custom_op("specops::verify", mutates_args=(), device_types=("cpu", "cuda"))
-def verify_op(target: torch.Tensor, target_is_probs: bool, target_row_start: torch.Tensor,
-              draft_ids: torch.Tensor, draft_row_start: torch.Tensor, num_draft: torch.Tensor,
-              draft: Optional[torch.Tensor], draft_is_probs: bool, inv_temp: torch.Tensor,
-              top_k: torch.Tensor, top_p: torch.Tensor, min_p: torch.Tensor,
-              seed: torch.Tensor, offset: torch.Tensor, max_k: int, backend: str
-              ) -> Tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+
+def _verify_kernel(target, target_is_probs, target_row_start, draft_ids, draft_row_start,
+                   num_draft, draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed,
+                   offset, max_k, backend):
     return registry.load(backend).verify(
         target, target_is_probs, target_row_start, draft_ids, draft_row_start, num_draft,
         draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k)
 
 
-@verify_op.register_fake
+_lib.impl("verify", _verify_kernel, "CPU")
+_lib.impl("verify", _verify_kernel, "CUDA")
+
+
+@torch.library.register_fake("specops::verify", lib=_lib)
 def _(target, target_is_probs, target_row_start, draft_ids, draft_row_start, num_draft, draft,
       draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k, backend):
     B = num_draft.shape[0]
@@ -28,3 +41,6 @@ def _(target, target_is_probs, target_row_start, draft_ids, draft_row_start, num
     return (target.new_empty((B, max_k + 1), dtype=torch.int32),
             torch.empty((B,), dtype=torch.int32, device=dev),
             torch.empty((B,), dtype=torch.bool, device=dev))
+
+
+verify_op = torch.ops.specops.verify.default
