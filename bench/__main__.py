@@ -29,9 +29,15 @@ SETTINGS = {
 }
 
 
-def make_inputs(B, K, V, dtype=torch.float32, noise=1.0, seed=0):
-    """Target logits with a realistic spread; the draft is the target plus noise, and the draft
-    tokens are sampled from the draft distribution so acceptance is realistic."""
+# Draft = target logits + DRAFT_NOISE * N(0, 1): at temperature 0.8 that gives
+# alpha = sum min(p, q) ~ 0.75 per position and a greedy drafter agreeing with the target's
+# argmax ~ 55% of the time (measured: noise 0.3 / 0.5 / 0.7 -> alpha 0.85 / 0.75 / 0.66),
+# the range engines report for real draft models.
+DRAFT_NOISE = 0.5
+
+
+def make_inputs(B, K, V, dtype=torch.float32, noise=DRAFT_NOISE, seed=0):
+    """Target logits with a realistic spread; the draft is the target plus noise."""
     g = torch.Generator().manual_seed(seed)
     target = torch.randn(B, K + 1, V, generator=g) * 2.0
     draft_logits = target[:, :K] + noise * torch.randn(B, K, V, generator=g)
@@ -39,10 +45,15 @@ def make_inputs(B, K, V, dtype=torch.float32, noise=1.0, seed=0):
 
 
 def draft_side(draft_logits, setting, g):
+    """Draft tokens sampled from the draft distribution q (a greedy drafter's argmax for the
+    greedy setting), so acceptance is what a real draft model would give."""
     q = peers._transform(draft_logits, setting.get("temperature") or 1.0,
                          setting.get("top_k", 0), setting.get("top_p", 1.0))
     B, K, V = q.shape
-    ids = torch.multinomial(q.reshape(-1, V), 1, generator=g).reshape(B, K)
+    if setting.get("temperature") == 0:
+        ids = draft_logits.argmax(-1)
+    else:
+        ids = torch.multinomial(q.reshape(-1, V), 1, generator=g).reshape(B, K)
     return q.contiguous(), ids
 
 
@@ -70,7 +81,7 @@ def timeit(fns: dict, reps: int, stat=statistics.median):
     return {k: stat(v) for k, v in times.items()}
 
 
-def run_config(B, K, V, setting_name, reps, with_hf=False, with_ref=False, noise=1.0,
+def run_config(B, K, V, setting_name, reps, with_hf=False, with_ref=False, noise=DRAFT_NOISE,
                backend="cpu"):
     setting = SETTINGS[setting_name]
     g = torch.Generator().manual_seed(1)
@@ -199,7 +210,7 @@ def _custom_op_twin():
 def scaling(reps):
     """Time vs acceptance rate (rows touched) at B=32, K=8, V=32000, t0.8."""
     rows = []
-    for noise in (0.0, 0.3, 1.0, 3.0, 10.0):
+    for noise in (0.0, 0.3, 0.5, 1.0, 3.0, 10.0):
         res = run_config(32, 8, 32000, "t0.8", reps, noise=noise)
         rows.append((noise, res))
     return rows

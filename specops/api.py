@@ -10,6 +10,7 @@ from __future__ import annotations
 import numbers
 from typing import NamedTuple, Optional
 
+import numpy as np
 import torch
 
 from specops import reference as _ref
@@ -48,10 +49,29 @@ def _check_tensor(name, t, dtypes, ndims=None, device=None):
         raise ValueError(f"{name} must be on {device} like the target, got {t.device}")
 
 
-_SCALAR_OK: dict = {}  # (name, dtype, type, value, check code) of scalars that passed
+class _Range(NamedTuple):
+    """An allowed interval for a per-request parameter, checked on Python scalars without
+    touching a tensor (no device work, no host sync) and on tensors element-wise."""
+    lo: float
+    hi: float
+    lo_open: bool
+    hi_open: bool
+    text: str
+
+    def holds(self, x):
+        lo_ok = (x > self.lo) if self.lo_open else (x >= self.lo)
+        hi_ok = (x < self.hi) if self.hi_open else (x <= self.hi)
+        return lo_ok & hi_ok
 
 
-def _per_request(name, value, B, dtype, device, check):
+INF = float("inf")
+TEMPERATURE = _Range(0.0, INF, False, True, "finite and >= 0 (0 = greedy)")
+TOP_K = _Range(0, INF, False, True, "an int >= 0 (0 = off)")
+TOP_P = _Range(0.0, 1.0, True, False, "in (0, 1] (1 = off)")
+MIN_P = _Range(0.0, 1.0, False, False, "in [0, 1] (0 = off)")
+
+
+def _per_request(name, value, B, dtype, device, rng: Optional[_Range]):
     """Scalar or [B] tensor/sequence -> [B] tensor of `dtype` on `device`, range-checked."""
     if isinstance(value, torch.Tensor):
         if value.dim() == 0:
@@ -64,29 +84,23 @@ def _per_request(name, value, B, dtype, device, check):
         if dtype.is_floating_point is False and value.dtype.is_floating_point:
             raise TypeError(f"{name} must be an integer tensor, got {value.dtype}")
         t = value.to(device=device, dtype=dtype)
-    elif isinstance(value, numbers.Number) and not isinstance(value, bool):
-        if not dtype.is_floating_point and not isinstance(value, numbers.Integral):
-            raise TypeError(f"{name} must be an int, got {value!r}")
-        t = torch.full((B,), value, dtype=dtype, device=device)
-        # Memo of Python scalars that passed a check that depends on nothing else (no
-        # closure, e.g. not num_draft_tokens' "<= K"): skips the tensor ops of the check.
-        if check is not None and not _tracing() and check.__closure__ is None:
-            key = (name, dtype, type(value), value, check.__code__)
-            if key in _SCALAR_OK:
-                return t
-            if bool(check(t)[0]):
-                if len(_SCALAR_OK) < 4096:  # (NaN never compares equal: never cached)
-                    _SCALAR_OK[key] = True
-                return t
-    elif isinstance(value, (list, tuple)):
-        return _per_request(name, torch.tensor(value), B, dtype, device, check)
-    else:
+        if rng is not None and not _tracing() and not bool(rng.holds(t).all()):
+            raise ValueError(f"{name} must be {rng.text}; got {t.tolist() if B <= 16 else t}")
+        return t
+    if isinstance(value, (list, tuple)):
+        return _per_request(name, torch.tensor(value), B, dtype, device, rng)
+    if not isinstance(value, numbers.Number) or isinstance(value, bool):
         raise TypeError(f"{name} must be a number or a [B] tensor, got {type(value).__name__}")
-    if check is not None and not _tracing():
-        ok, expected = check(t)
-        if not bool(ok):
-            raise ValueError(f"{name} must be {expected}; got {t.tolist() if B <= 16 else t}")
-    return t
+    if not dtype.is_floating_point:
+        if not isinstance(value, numbers.Integral):
+            raise TypeError(f"{name} must be an int, got {value!r}")
+        if not -(2 ** 63) <= value < 2 ** 63:
+            raise ValueError(f"{name} must fit in int64, got {value}")
+    else:
+        value = float(np.float32(value))        # the value the kernels will see
+    if rng is not None and not rng.holds(value):
+        raise ValueError(f"{name} must be {rng.text}; got {value!r}")
+    return torch.full((B,), value, dtype=dtype, device=device)
 
 
 def _inv_temperature(temp):
@@ -195,8 +209,7 @@ def _prepare(target_logits, draft_token_ids, draft_probs, target_probs, draft_lo
             num_draft = torch.full((B,), K, dtype=torch.int64, device=device)
         else:
             num_draft = _per_request("num_draft_tokens", num_draft_tokens, B, torch.int64,
-                                     device, lambda t: (((t >= 0) & (t <= K)).all(),
-                                                        f"in [0, K={K}]"))
+                                     device, _Range(0, K, False, False, f"in [0, K={K}]"))
         ar = torch.arange(B, device=device, dtype=torch.int64)
         target_row_start = ar * K1
         draft_row_start = ar * K
@@ -212,14 +225,10 @@ def _prepare(target_logits, draft_token_ids, draft_probs, target_probs, draft_lo
             raise ValueError(f"draft_token_ids must be in [-1, V={V}) (-1 marks padding)")
     ids = ids.to(torch.int64)
 
-    temp = _per_request("temperature", temperature, B, torch.float32, device,
-                        lambda t: (((t >= 0) & torch.isfinite(t)).all(), "finite and >= 0"))
-    top_k_t = _per_request("top_k", top_k, B, torch.int64, device,
-                           lambda t: ((t >= 0).all(), "an int >= 0 (0 = off)"))
-    top_p_t = _per_request("top_p", top_p, B, torch.float32, device,
-                           lambda t: (((t > 0) & (t <= 1)).all(), "in (0, 1] (1 = off)"))
-    min_p_t = _per_request("min_p", min_p, B, torch.float32, device,
-                           lambda t: (((t >= 0) & (t <= 1)).all(), "in [0, 1] (0 = off)"))
+    temp = _per_request("temperature", temperature, B, torch.float32, device, TEMPERATURE)
+    top_k_t = _per_request("top_k", top_k, B, torch.int64, device, TOP_K)
+    top_p_t = _per_request("top_p", top_p, B, torch.float32, device, TOP_P)
+    min_p_t = _per_request("min_p", min_p, B, torch.float32, device, MIN_P)
     if is_probs and not _tracing():
         if not bool(((temp == 0) | (temp == 1)).all()):
             raise ValueError("temperature must be 0 (greedy) or 1 with target_probs: the "
@@ -343,20 +352,16 @@ def sampling_probs(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, backe
         rows = rows.contiguous()
     n, dev = rows.shape[0], logits.device
 
-    def flat(name, v, dtype, check):
+    def flat(name, v, dtype, rng):
         if isinstance(v, torch.Tensor) and v.dim() > 0:
             if tuple(v.shape) != tuple(lead):
                 raise ValueError(f"{name} must be a scalar or have shape {tuple(lead)}")
             v = v.reshape(-1)
-        return _per_request(name, v, n, dtype, dev, check)
-    temp = flat("temperature", temperature, torch.float32,
-                lambda t: (((t >= 0) & torch.isfinite(t)).all(), "finite and >= 0"))
-    inv = _inv_temperature(temp)
-    k = flat("top_k", top_k, torch.int64, lambda t: ((t >= 0).all(), "an int >= 0"))
-    p = flat("top_p", top_p, torch.float32,
-             lambda t: (((t > 0) & (t <= 1)).all(), "in (0, 1]"))
-    m = flat("min_p", min_p, torch.float32,
-             lambda t: (((t >= 0) & (t <= 1)).all(), "in [0, 1]"))
+        return _per_request(name, v, n, dtype, dev, rng)
+    inv = _inv_temperature(flat("temperature", temperature, torch.float32, TEMPERATURE))
+    k = flat("top_k", top_k, torch.int64, TOP_K)
+    p = flat("top_p", top_p, torch.float32, TOP_P)
+    m = flat("min_p", min_p, torch.float32, MIN_P)
     name = registry.resolve(backend, dev)
     probs, valid = sampling_probs_op(rows, inv, k, p, m, backend=name)
     return probs.reshape(logits.shape), valid.reshape(lead)

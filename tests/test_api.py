@@ -54,6 +54,8 @@ BAD = [
     ("temperature < 0", lambda k: k.update(temperature=-0.5), ValueError, "temperature"),
     ("temperature nan", lambda k: k.update(temperature=float("nan")), ValueError,
      "temperature"),
+    ("temperature overflows float32", lambda k: k.update(temperature=1e39), ValueError,
+     "temperature"),
     ("temperature tensor < 0", lambda k: k.update(temperature=torch.tensor([1.0, -1.0])),
      ValueError, "temperature"),
     ("temperature wrong B", lambda k: k.update(temperature=torch.ones(3)), ValueError,
