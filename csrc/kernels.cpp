@@ -99,7 +99,7 @@ inline int64_t f2i64(float v) {
 
 // ------------------------------------------------------------------ thread-local workspace
 struct Work {
-  std::vector<float> et, ed, tmp, r;
+  std::vector<float> et, ed, tmp, r, cand;
   std::vector<int64_t> hmass;
   std::vector<int32_t> hcnt;
   std::vector<uint64_t> bsum;
@@ -655,9 +655,11 @@ int64_t gather_p1(const float* e, int64_t V, int k, float* c) {
   return n;
 }
 
-TopP top_p_select(const float* e, int64_t V, float top_p, int64_t S, Work& w) {
-  const double target = double(top_p) * double(S);
-  if (!(target > 0.0)) return {1.0f, -1};  // the largest e (= 1, the argmax) qualifies
+// The select over e[0..V): the whole row (M_lo < 0), or the band of top_p_select below, with
+// M_lo = the row's mass over e >= the band's lower edge.  For a band the mass above it is
+// M_lo - (the band's mass, summed from the level-1 histogram); if float64 of that is not
+// below target, tau is above the band: {1, -2}.
+TopP top_p_select_core(const float* e, int64_t V, double target, int64_t M_lo, Work& w) {
   // level 1 (no allocation after the first call: hmass only grows)
   if (w.hmass.size() < size_t(2 * kP1NB + kP2NB)) w.hmass.resize(size_t(2 * kP1NB + kP2NB));
   int64_t* ha = w.hmass.data();
@@ -670,8 +672,14 @@ TopP top_p_select(const float* e, int64_t V, float top_p, int64_t S, Work& w) {
     hb[p1_key(e1)] += int64_t(e1 * 0x1p40f);
   }
   if (i < V) ha[p1_key(e[i])] += int64_t(e[i] * 0x1p40f);
-  // For target > 0 the crossing group has E > 0, so buckets without mass are skipped.
   int64_t above = 0;
+  if (M_lo >= 0) {
+    int64_t mb = 0;
+    for (int k = 0; k < kP1NB; ++k) mb += ha[k] + hb[k];
+    above = M_lo - mb;
+    if (!(double(above) < target)) return {1.0f, -2};
+  }
+  // For target > 0 the crossing group has E > 0, so buckets without mass are skipped.
   int k1 = -1;
   for (int k = kP1NB - 1; k >= 0; --k) {
     const int64_t m = ha[k] + hb[k];
@@ -726,6 +734,147 @@ TopP top_p_select(const float* e, int64_t V, float top_p, int64_t S, Work& w) {
     if ((t + 1 == nc || c[t] != c[t + 1]) && double(run) >= target) return {c[t], run};
   }
   return {c[nc - 1], -1};
+}
+
+
+// Band pre-filter for long rows.  With D = S - target (the mass that may lie below tau), a
+// strided sample of the row (every kBandStride-th token, level-1 keys) estimates the mass
+// below each bucket edge; lo / hi are the edges where that estimate is ~0.75 D / ~1.25 D.
+// One vectorised pass then computes M = sum of E over e >= lo exactly and copies the tokens
+// with lo <= e < hi (the band) to a buffer.  If float64(M) >= target, tau >= lo (the smallest
+// e >= lo has exactly mass M above it); if also float64(M - band mass) < target, every value
+// >= hi fails and tau < hi.  Then tau is in the band, the mass above a band value v is
+// (M - band mass) + the band's mass over e >= v, and the select over the band alone gives
+// the same tau and kept mass, bit for bit.  Otherwise (the sample misjudged) the caller runs
+// the select over the whole row: the estimate only decides the speed, never the answer.
+constexpr int64_t kBandMinV = 4096;
+constexpr int64_t kBandStride = 32;
+
+// M (exact) and the band [lo, hi) from index i on; returns the band size.
+int64_t band_tail(const float* e, int64_t i, int64_t V, float lo, float hi, float* c,
+                  int64_t n, uint64_t& M) {
+  for (; i < V; ++i) {
+    const float v = e[i];
+    if (v >= lo) {
+      M += uint64_t(emass(v));
+      if (v < hi) c[n++] = v;
+    }
+  }
+  return n;
+}
+
+#ifdef SPECOPS_AVX2_DISPATCH
+struct CompressLut {
+  alignas(32) int32_t idx[256][8];
+  CompressLut() {
+    for (int m = 0; m < 256; ++m) {
+      int n = 0;
+      for (int b = 0; b < 8; ++b)
+        if (m >> b & 1) idx[m][n++] = b;
+      while (n < 8) idx[m][n++] = 0;
+    }
+  }
+};
+const CompressLut& compress_lut() {
+  static const CompressLut t;
+  return t;
+}
+
+__attribute__((target("avx2,popcnt"))) int64_t band_pass_avx2(const float* e, int64_t V,
+                                                               float lo, float hi, float* c,
+                                                               uint64_t& M_out) {
+  const CompressLut& lut = compress_lut();
+  const __m256 vlo = _mm256_set1_ps(lo), vhi = _mm256_set1_ps(hi), s20 = _mm256_set1_ps(0x1p20f);
+  uint64_t M = 0;
+  int64_t n = 0, i = 0;
+  while (i + 8 <= V) {
+    __m256i ahi = _mm256_setzero_si256(), alo = _mm256_setzero_si256();
+    const int64_t end = std::min<int64_t>(V & ~int64_t(7), i + 2048);
+    for (; i < end; i += 8) {
+      const __m256 ev = _mm256_loadu_ps(e + i);
+      const __m256 ge = _mm256_cmp_ps(ev, vlo, _CMP_GE_OQ);
+      const __m256 in = _mm256_and_ps(ge, _mm256_cmp_ps(ev, vhi, _CMP_LT_OQ));
+      const __m256 y = _mm256_mul_ps(_mm256_and_ps(ge, ev), s20);
+      const __m256i h = _mm256_cvttps_epi32(y);
+      const __m256 frac = _mm256_sub_ps(y, _mm256_cvtepi32_ps(h));
+      ahi = _mm256_add_epi32(ahi, h);
+      alo = _mm256_add_epi32(alo, _mm256_cvttps_epi32(_mm256_mul_ps(frac, s20)));
+      const int m = _mm256_movemask_ps(in);
+      const __m256i idx = _mm256_load_si256(reinterpret_cast<const __m256i*>(lut.idx[m]));
+      _mm256_storeu_ps(c + n, _mm256_permutevar8x32_ps(ev, idx));
+      n += __builtin_popcount(unsigned(m));
+    }
+    alignas(32) int32_t h8[8], l8[8];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(h8), ahi);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(l8), alo);
+    for (int k = 0; k < 8; ++k) M += (uint64_t(uint32_t(h8[k])) << 20) + uint64_t(uint32_t(l8[k]));
+  }
+  n = band_tail(e, i, V, lo, hi, c, n, M);
+  M_out = M;
+  return n;
+}
+bool have_avx2();
+#endif
+
+TopP top_p_select(const float* e, int64_t V, float top_p, int64_t S, Work& w) {
+  const double target = double(top_p) * double(S);
+  if (!(target > 0.0)) return {1.0f, -1};  // the largest e (= 1, the argmax) qualifies
+  if (V < kBandMinV) return top_p_select_core(e, V, target, -1, w);
+  const double D = double(S) - target;
+  if (!(D > 0.0)) return top_p_select_core(e, V, target, -1, w);
+  // sampled mass per level-1 key
+  if (w.hmass.size() < size_t(3 * kP1NB + kP2NB)) w.hmass.resize(size_t(3 * kP1NB + kP2NB));
+  int64_t* hs = w.hmass.data() + 2 * kP1NB + kP2NB;
+  std::memset(hs, 0, sizeof(int64_t) * kP1NB);
+  for (int64_t i = kBandStride / 2; i < V; i += kBandStride)
+    hs[p1_key(e[i])] += int64_t(e[i] * 0x1p40f);
+  const int ktop = int(p1_key(1.0f)) + 1;  // edges stay <= this key's (just above 1)
+  int klo = -1, khi = -1;
+  double below = 0.0;  // estimated mass of e < bucket k's lower edge
+  for (int k = 0; k <= ktop; ++k) {
+    if (below <= 0.8 * D) klo = k;
+    if (below >= 1.2 * D) {
+      khi = k;
+      break;
+    }
+    below += double(kBandStride) * double(hs[k]);
+  }
+  if (klo <= 0) return top_p_select_core(e, V, target, -1, w);
+  if (w.cand.size() < size_t(V + 8)) w.cand.resize(size_t(V + 8));
+  float* c = w.cand.data();
+  TopP r{0.0f, -2};
+  // the select over the band [blo, bhi); false (r.kept = -2) when tau is not inside it
+  auto band = [&](float blo, float bhi) {
+    uint64_t M = 0;
+    int64_t n;
+#ifdef SPECOPS_AVX2_DISPATCH
+    if (have_avx2())
+      n = band_pass_avx2(e, V, blo, bhi, c, M);
+    else
+#endif
+      n = band_tail(e, 0, V, blo, bhi, c, 0, M);
+    r = {0.0f, -2};
+    if (double(int64_t(M)) < target) return false;  // tau < blo
+    r = top_p_select_core(c, n, target, int64_t(M), w);
+    return r.kept != -2;
+  };
+  // The bound band: V * trunc(t * 2^40) <= D makes the mass above t >= target (checked
+  // exactly all the same); used when the sample cannot place the lower edge (peaked rows,
+  // whose mass below tau sits in a few tokens the sample misses).
+  const float t = float(D / double(V) * 0x1p-40);
+  if (klo == ktop) {  // the estimate never reached 0.8 D
+    if (t > 0.0f && band(t, kInf)) return r;
+    return top_p_select_core(e, V, target, -1, w);
+  }
+  const float lo = bits_to_float(uint32_t(klo) << kP1Shift);
+  const float hi = khi < 0 ? kInf : bits_to_float(uint32_t(khi) << kP1Shift);
+  if (band(lo, hi)) return r;
+  if (r.kept == -2 && r.tau == 1.0f) {  // tau >= hi: the band [hi, inf)
+    if (band(hi, kInf)) return r;
+  } else if (t > 0.0f && t < lo) {      // tau < lo: [t, lo)
+    if (band(t, lo)) return r;
+  }
+  return top_p_select_core(e, V, target, -1, w);
 }
 
 // The k-th largest x (0 < k < V, no NaN): radix select on order-preserving keys of the float

@@ -558,3 +558,73 @@ def test_simd_paths_agree(env, tmp_path):
     assert torch.equal(got["p"], p0) and torch.equal(got["v"], v0)
     for a, b in zip(got["out"], out0):
         assert torch.equal(a, b)
+
+
+def _band_rows(rng, V):
+    """Rows aimed at the top-p band pre-filter (V >= 4096): flat, lognormal of several
+    spreads, peaked (mass below tau in a few tokens a strided sample misses), a few big
+    tokens planted just below / above the nucleus edge, ties at the threshold, -inf entries."""
+    g = rng.standard_normal((14, V)).astype(np.float32)
+    rows = [g[0] * 2.0, g[1] * 0.5, g[2] * 5.0, g[3] * 12.0, np.zeros(V, np.float32),
+            np.round(g[4] * 2.0), np.round(g[5] * 8.0) * 0.25]
+    r = g[6] * 2.0                          # -inf entries
+    r[rng.random(V) < 0.4] = -np.inf
+    rows.append(r)
+    r = np.full(V, -20.0, np.float32)       # a handful of large tokens on a flat floor
+    r[rng.choice(V, 7, replace=False)] = rng.standard_normal(7).astype(np.float32)
+    rows.append(r)
+    r = g[7] * 1.0                          # spikes off the stride-32 sample positions
+    r[np.arange(1, V, 32)[:5]] = 9.0
+    rows.append(r)
+    r = g[8] * 2.0                          # one dominant token and a flat tail
+    r[int(rng.integers(V))] = 25.0
+    rows.append(r)
+    r = np.where(g[9] > 0.5, 3.0, np.round(g[10]))  # big tie groups at several levels
+    rows.append(r.astype(np.float32))
+    r = g[11] * 3.0                         # a block of equal values inside the nucleus
+    r[: V // 3] = 2.0
+    rows.append(r)
+    r = np.full(V, -np.inf, np.float32)     # two finite tokens
+    r[[3, V - 2]] = [0.0, -1.0]
+    rows.append(r)
+    return torch.from_numpy(np.stack(rows).astype(np.float32))
+
+
+@pytest.mark.parametrize("V", [4095, 4096, 4103, 33000, 128256])
+def test_top_p_band_prefilter_bitwise(V):
+    """top-p on long rows runs its exact select on a band of candidates placed by a strided
+    sample (with a bound-based and a whole-row fallback); every path must give the
+    reference's bits, including top_p next to 0 and to 1."""
+    rng = np.random.default_rng(V + 17)
+    rows = _band_rows(rng, V)
+    n = rows.shape[0]
+    ps = [0.95, 0.5, 0.9, 0.99, 0.999, 0.9999999, 1e-6, 0.3]
+    temps = [0.8, 1.0, 1.7, 0.25]
+    for j, p in enumerate(ps):
+        t = temps[j % len(temps)]
+        it = torch.from_numpy(R.inv_temperature(np.full(n, t, np.float32)))
+        tk = torch.zeros(n, dtype=torch.int64)
+        tp = torch.full((n,), p, dtype=torch.float32)
+        mp = torch.zeros(n, dtype=torch.float32)
+        p_cpu, v_cpu = cpu.sampling_probs(rows, it, tk, tp, mp)
+        p_ref, v_ref = ref.sampling_probs(rows, it, tk, tp, mp)
+        bad = [i for i in range(n) if not torch.equal(p_cpu[i], p_ref[i])]
+        assert not bad, f"(T, p)={(t, p)}: rows differ {bad}"
+        assert torch.equal(v_cpu, v_ref)
+    count("sampling_probs", n * len(ps))
+
+
+@pytest.mark.parametrize("V", [1, 2, 3, 5, 7])
+def test_top_p_tiny_rows_bitwise(V):
+    rng = np.random.default_rng(V)
+    rows = torch.from_numpy(np.stack([
+        rng.standard_normal(V).astype(np.float32) * 3, np.zeros(V, np.float32),
+        np.where(rng.random(V) < 0.5, -np.inf, 1.0).astype(np.float32)]))
+    rows[2, 0] = 0.5
+    n = rows.shape[0]
+    for p in (0.95, 0.5, 0.9999999, 1e-6):
+        it = torch.from_numpy(R.inv_temperature(np.full(n, 0.8, np.float32)))
+        args = (it, torch.zeros(n, dtype=torch.int64), torch.full((n,), p), torch.zeros(n))
+        p_cpu, v_cpu = cpu.sampling_probs(rows, *args)
+        p_ref, v_ref = ref.sampling_probs(rows, *args)
+        assert torch.equal(p_cpu, p_ref) and torch.equal(v_cpu, v_ref)
