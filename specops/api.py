@@ -97,7 +97,8 @@ def _per_request(name, value, B, dtype, device, rng: Optional[_Range]):
         if not -(2 ** 63) <= value < 2 ** 63:
             raise ValueError(f"{name} must fit in int64, got {value}")
     else:
-        value = float(np.float32(value))        # the value the kernels will see
+        with np.errstate(over="ignore"):        # an overflow to inf fails the range check
+            value = float(np.float32(value))    # the value the kernels will see
     if rng is not None and not rng.holds(value):
         raise ValueError(f"{name} must be {rng.text}; got {value!r}")
     return torch.full((B,), value, dtype=dtype, device=device)
