@@ -7,6 +7,7 @@ kernels' own guards apply (ids outside [0, V) end a block; nothing is read out o
 """
 from __future__ import annotations
 
+import math
 import numbers
 from typing import NamedTuple, Optional
 
@@ -65,6 +66,7 @@ class _Range(NamedTuple):
 
 
 INF = float("inf")
+_F32_OVERFLOW = 2.0 ** 128 - 2.0 ** 103      # smallest magnitude that rounds to inf in float32
 TEMPERATURE = _Range(0.0, INF, False, True, "finite and >= 0 (0 = greedy)")
 TOP_K = _Range(0, INF, False, True, "an int >= 0 (0 = off)")
 TOP_P = _Range(0.0, 1.0, True, False, "in (0, 1] (1 = off)")
@@ -97,7 +99,10 @@ def _per_request(name, value, B, dtype, device, rng: Optional[_Range]):
         if not -(2 ** 63) <= value < 2 ** 63:
             raise ValueError(f"{name} must fit in int64, got {value}")
     else:
-        with np.errstate(over="ignore"):        # an overflow to inf fails the range check
+        value = float(value)
+        if abs(value) >= _F32_OVERFLOW:         # rounds to inf in float32: fails the range
+            value = math.copysign(INF, value)
+        else:
             value = float(np.float32(value))    # the value the kernels will see
     if rng is not None and not rng.holds(value):
         raise ValueError(f"{name} must be {rng.text}; got {value!r}")
