@@ -1050,6 +1050,33 @@ int64_t draw_from(RF rf, PF pf, int64_t V, uint64_t U, Work& w) {
 // generic draw_from.
 constexpr int64_t kBlk = 1024;
 
+// Scalar tail of the weight passes: r = residual (or p), and the three exact 20-bit digits of
+// trunc(r * 2^60) added to the block's int32 digit sums; out-of-[0, 1] r flags a bad row.
+template <bool HAS_Q>
+inline void weight_tail(const float* p, const float* q, float* r, int64_t i, int64_t b1,
+                        int32_t& sh, int32_t& sm, int32_t& sl, int& badi) {
+  for (; i < b1; ++i) {
+    const float pi = p[i];
+    float ri = pi;
+    if (HAS_Q) {
+      const float qi = q[i];
+      ri = pi > qi ? pi - std::max(qi, 0.0f) : 0.0f;
+    }
+    r[i] = ri;
+    const bool ok = ri >= 0.0f && ri <= 1.0f;
+    badi |= int(!ok);
+    const float rc = ok ? ri : 0.0f;
+    const float y1 = rc * 0x1p20f;
+    const int32_t h = int32_t(y1);
+    const float y2 = (y1 - float(h)) * 0x1p20f;
+    const int32_t m = int32_t(y2);
+    const int32_t l = int32_t((y2 - float(m)) * 0x1p20f);
+    sh += h;
+    sm += m;
+    sl += l;
+  }
+}
+
 template <bool HAS_Q>
 uint64_t weight_blocks(const float* p, const float* q, float* r, int64_t V, uint64_t* bsum,
                        bool& bad) {
@@ -1095,26 +1122,7 @@ uint64_t weight_blocks(const float* p, const float* q, float* r, int64_t V, uint
       badi |= _mm_movemask_ps(vbad);
     }
 #endif
-    for (; i < b1; ++i) {
-      const float pi = p[i];
-      float ri = pi;
-      if (HAS_Q) {
-        const float qi = q[i];
-        ri = pi > qi ? pi - std::max(qi, 0.0f) : 0.0f;
-      }
-      r[i] = ri;
-      const bool ok = ri >= 0.0f && ri <= 1.0f;
-      badi |= int(!ok);
-      const float rc = ok ? ri : 0.0f;
-      const float y1 = rc * 0x1p20f;
-      const int32_t h = int32_t(y1);
-      const float y2 = (y1 - float(h)) * 0x1p20f;
-      const int32_t m = int32_t(y2);
-      const int32_t l = int32_t((y2 - float(m)) * 0x1p20f);
-      sh += h;
-      sm += m;
-      sl += l;
-    }
+    weight_tail<HAS_Q>(p, q, r, i, b1, sh, sm, sl, badi);
     bsum[k] = (uint64_t(uint32_t(sh)) << 40) + (uint64_t(uint32_t(sm)) << 20) +
               uint64_t(uint32_t(sl));
     S += bsum[k];
@@ -1178,26 +1186,7 @@ __attribute__((target("avx2"))) uint64_t weight_blocks_avx2(const float* p, cons
       sl += c[t];
     }
     badi |= _mm256_movemask_ps(vbad);
-    for (; i < b1; ++i) {
-      const float pi = p[i];
-      float ri = pi;
-      if (HAS_Q) {
-        const float qi = q[i];
-        ri = pi > qi ? pi - std::max(qi, 0.0f) : 0.0f;
-      }
-      r[i] = ri;
-      const bool ok = ri >= 0.0f && ri <= 1.0f;
-      badi |= int(!ok);
-      const float rc = ok ? ri : 0.0f;
-      const float y1 = rc * 0x1p20f;
-      const int32_t h = int32_t(y1);
-      const float y2 = (y1 - float(h)) * 0x1p20f;
-      const int32_t m = int32_t(y2);
-      const int32_t l = int32_t((y2 - float(m)) * 0x1p20f);
-      sh += h;
-      sm += m;
-      sl += l;
-    }
+    weight_tail<HAS_Q>(p, q, r, i, b1, sh, sm, sl, badi);
     bsum[k] = (uint64_t(uint32_t(sh)) << 40) + (uint64_t(uint32_t(sm)) << 20) +
               uint64_t(uint32_t(sl));
     S += bsum[k];
