@@ -340,6 +340,28 @@ inline __m128 pexp4(__m128 d) {
 }
 #endif
 
+#ifdef SPECOPS_SSE2
+// The exact integer mass trunc(e * 2^40) of 4 lanes (e in [0, 1]) as two 20-bit digits,
+// hi = trunc(e * 2^20) and lo = trunc(frac * 2^20), added to int32 lane sums; fold_mass4
+// turns the lane sums of a block into the block's exact uint64 mass.
+inline void add_mass4(__m128 e, __m128 s20, __m128i& ahi, __m128i& alo) {
+  const __m128 y = _mm_mul_ps(e, s20);
+  const __m128i hi = _mm_cvttps_epi32(y);
+  const __m128 frac = _mm_sub_ps(y, _mm_cvtepi32_ps(hi));
+  ahi = _mm_add_epi32(ahi, hi);
+  alo = _mm_add_epi32(alo, _mm_cvttps_epi32(_mm_mul_ps(frac, s20)));
+}
+
+inline uint64_t fold_mass4(__m128i ahi, __m128i alo) {
+  alignas(16) int32_t h4[4], l4[4];
+  _mm_store_si128(reinterpret_cast<__m128i*>(h4), ahi);
+  _mm_store_si128(reinterpret_cast<__m128i*>(l4), alo);
+  uint64_t S = 0;
+  for (int k = 0; k < 4; ++k) S += (uint64_t(uint32_t(h4[k])) << 20) + uint64_t(uint32_t(l4[k]));
+  return S;
+}
+#endif
+
 // Pass 2, in place: e = x >= thr ? pexp(x - m) : 0; returns S = sum trunc(e * 2^40).
 // E is split exactly as hi * 2^20 + lo with hi = trunc(e * 2^20), lo = trunc(frac * 2^20)
 // (both < 2^21, summed in int32 lanes over blocks, then in int64).
@@ -363,16 +385,9 @@ uint64_t exp_pass(float* x, int64_t V, float m, float thr) {
       const __m128 xv = _mm_loadu_ps(x + i);
       const __m128 e = _mm_and_ps(_mm_cmpge_ps(xv, vthr), pexp4(_mm_sub_ps(xv, vm)));
       _mm_storeu_ps(x + i, e);
-      const __m128 y = _mm_mul_ps(e, s20);
-      const __m128i hi = _mm_cvttps_epi32(y);
-      const __m128 frac = _mm_sub_ps(y, _mm_cvtepi32_ps(hi));
-      ahi = _mm_add_epi32(ahi, hi);
-      alo = _mm_add_epi32(alo, _mm_cvttps_epi32(_mm_mul_ps(frac, s20)));
+      add_mass4(e, s20, ahi, alo);
     }
-    alignas(16) int32_t h4[4], l4[4];
-    _mm_store_si128(reinterpret_cast<__m128i*>(h4), ahi);
-    _mm_store_si128(reinterpret_cast<__m128i*>(l4), alo);
-    for (int k = 0; k < 4; ++k) S += (uint64_t(uint32_t(h4[k])) << 20) + uint64_t(uint32_t(l4[k]));
+    S += fold_mass4(ahi, alo);
   }
 #endif
   for (; i < V; ++i) {
@@ -487,6 +502,25 @@ __attribute__((target("avx2"))) void materialize_avx2(float* e, int64_t V, float
   i_out = i;
 }
 
+// 8-lane twins of add_mass4 / fold_mass4 (same digits, same exact sums).
+__attribute__((target("avx2"))) inline void add_mass8(__m256 e, __m256 s20, __m256i& ahi,
+                                                      __m256i& alo) {
+  const __m256 y = _mm256_mul_ps(e, s20);
+  const __m256i hi = _mm256_cvttps_epi32(y);
+  const __m256 frac = _mm256_sub_ps(y, _mm256_cvtepi32_ps(hi));
+  ahi = _mm256_add_epi32(ahi, hi);
+  alo = _mm256_add_epi32(alo, _mm256_cvttps_epi32(_mm256_mul_ps(frac, s20)));
+}
+
+__attribute__((target("avx2"))) inline uint64_t fold_mass8(__m256i ahi, __m256i alo) {
+  alignas(32) int32_t h8[8], l8[8];
+  _mm256_store_si256(reinterpret_cast<__m256i*>(h8), ahi);
+  _mm256_store_si256(reinterpret_cast<__m256i*>(l8), alo);
+  uint64_t S = 0;
+  for (int k = 0; k < 8; ++k) S += (uint64_t(uint32_t(h8[k])) << 20) + uint64_t(uint32_t(l8[k]));
+  return S;
+}
+
 template <bool SPARSE>
 __attribute__((target("avx2"))) uint64_t exp_pass_avx2_t(float* x, int64_t V, float m,
                                                           float thr) {
@@ -511,17 +545,9 @@ __attribute__((target("avx2"))) uint64_t exp_pass_avx2_t(float* x, int64_t V, fl
         e = pexp8(_mm256_sub_ps(xv, vm));
       }
       _mm256_storeu_ps(x + i, e);
-      const __m256 y = _mm256_mul_ps(e, s20);
-      const __m256i hi = _mm256_cvttps_epi32(y);
-      const __m256 frac = _mm256_sub_ps(y, _mm256_cvtepi32_ps(hi));
-      const __m256i lo = _mm256_cvttps_epi32(_mm256_mul_ps(frac, s20));
-      ahi = _mm256_add_epi32(ahi, hi);
-      alo = _mm256_add_epi32(alo, lo);
+      add_mass8(e, s20, ahi, alo);
     }
-    alignas(32) int32_t h8[8], l8[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(h8), ahi);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(l8), alo);
-    for (int k = 0; k < 8; ++k) S += (uint64_t(uint32_t(h8[k])) << 20) + uint64_t(uint32_t(l8[k]));
+    S += fold_mass8(ahi, alo);
   }
   for (; i < V; ++i) {
     const float xv = x[i];
@@ -599,16 +625,9 @@ uint64_t masked_mass(const float* e, int64_t V, float cut) {
     const int64_t end = std::min<int64_t>(V & ~int64_t(3), i + 1024);
     for (; i < end; i += 4) {
       const __m128 ev = _mm_loadu_ps(e + i);
-      const __m128 y = _mm_mul_ps(_mm_and_ps(_mm_cmpge_ps(ev, vc), ev), s20);
-      const __m128i hi = _mm_cvttps_epi32(y);
-      const __m128 frac = _mm_sub_ps(y, _mm_cvtepi32_ps(hi));
-      ahi = _mm_add_epi32(ahi, hi);
-      alo = _mm_add_epi32(alo, _mm_cvttps_epi32(_mm_mul_ps(frac, s20)));
+      add_mass4(_mm_and_ps(_mm_cmpge_ps(ev, vc), ev), s20, ahi, alo);
     }
-    alignas(16) int32_t h4[4], l4[4];
-    _mm_store_si128(reinterpret_cast<__m128i*>(h4), ahi);
-    _mm_store_si128(reinterpret_cast<__m128i*>(l4), alo);
-    for (int k = 0; k < 4; ++k) S += (uint64_t(uint32_t(h4[k])) << 20) + uint64_t(uint32_t(l4[k]));
+    S += fold_mass4(ahi, alo);
   }
 #endif
   for (; i < V; ++i) S += e[i] >= cut ? uint64_t(emass(e[i])) : 0;
@@ -794,20 +813,13 @@ __attribute__((target("avx2,popcnt"))) int64_t band_pass_avx2(const float* e, in
       const __m256 ev = _mm256_loadu_ps(e + i);
       const __m256 ge = _mm256_cmp_ps(ev, vlo, _CMP_GE_OQ);
       const __m256 in = _mm256_and_ps(ge, _mm256_cmp_ps(ev, vhi, _CMP_LT_OQ));
-      const __m256 y = _mm256_mul_ps(_mm256_and_ps(ge, ev), s20);
-      const __m256i h = _mm256_cvttps_epi32(y);
-      const __m256 frac = _mm256_sub_ps(y, _mm256_cvtepi32_ps(h));
-      ahi = _mm256_add_epi32(ahi, h);
-      alo = _mm256_add_epi32(alo, _mm256_cvttps_epi32(_mm256_mul_ps(frac, s20)));
+      add_mass8(_mm256_and_ps(ge, ev), s20, ahi, alo);
       const int m = _mm256_movemask_ps(in);
       const __m256i idx = _mm256_load_si256(reinterpret_cast<const __m256i*>(lut.idx[m]));
       _mm256_storeu_ps(c + n, _mm256_permutevar8x32_ps(ev, idx));
       n += __builtin_popcount(unsigned(m));
     }
-    alignas(32) int32_t h8[8], l8[8];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(h8), ahi);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(l8), alo);
-    for (int k = 0; k < 8; ++k) M += (uint64_t(uint32_t(h8[k])) << 20) + uint64_t(uint32_t(l8[k]));
+    M += fold_mass8(ahi, alo);
   }
   n = band_tail(e, i, V, lo, hi, c, n, M);
   M_out = M;
