@@ -103,6 +103,15 @@ def mulhi_u64(u_lo, u_hi, s):
 
 
 @triton.jit
+def _argmax_step(vals, idx, msk, best, best_i):
+    """Running lowest-index argmax over tiles: a later tile wins only if strictly larger."""
+    tmax = tl.max(vals, axis=0)
+    ti = tl.min(tl.where(msk & (vals == tmax), idx, 2147483647), axis=0)
+    upd = tmax > best
+    return tl.where(upd, tmax, best), tl.where(upd, ti, best_i)
+
+
+@triton.jit
 def logits_argmax(row_ptr, V, BLOCK_V: tl.constexpr):
     """Greedy rows: (valid, lowest-index argmax) of the float32-upcast logits.
     valid = no NaN / +inf and not every entry -inf."""
@@ -118,11 +127,7 @@ def logits_argmax(row_ptr, V, BLOCK_V: tl.constexpr):
         bad += tl.sum(((l != l) | (l == POS_INF)).to(tl.int32), axis=0)
         fin += tl.sum((l > NEG_INF).to(tl.int32), axis=0)
         lm = tl.where(msk & (l == l), l, NEG_INF)
-        tmax = tl.max(lm, axis=0)
-        ti = tl.min(tl.where(msk & (lm == tmax), idx, 2147483647), axis=0)
-        upd = tmax > best
-        best_i = tl.where(upd, ti, best_i)
-        best = tl.where(upd, tmax, best)
+        best, best_i = _argmax_step(lm, idx, msk, best, best_i)
     valid = (bad == 0) & (fin > 0)
     return valid, best_i
 
@@ -145,11 +150,7 @@ def probs_check_argmax(row_ptr, V, BLOCK_V: tl.constexpr):
         pc = tl.where(ok, p, 0.0)
         mass += tl.sum((pc * P_CHECK_SCALE).to(tl.int64), axis=0)
         pm = tl.where(msk & ok, p, -1.0)
-        tmax = tl.max(pm, axis=0)
-        ti = tl.min(tl.where(msk & (pm == tmax), idx, 2147483647), axis=0)
-        upd = tmax > best
-        best_i = tl.where(upd, ti, best_i)
-        best = tl.where(upd, tmax, best)
+        best, best_i = _argmax_step(pm, idx, msk, best, best_i)
     valid = (bad == 0) & (mass > 0) & (mass <= P_CHECK_MAX)
     return valid, best_i
 
