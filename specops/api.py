@@ -135,9 +135,10 @@ def _seeds(seed, offset, generator, B, device, all_greedy):
     return seed_t, offset_t
 
 
-def _prepare(target_logits, draft_token_ids, draft_probs, target_probs, draft_logits,
-             temperature, top_k, top_p, min_p, num_draft_tokens, cu_num_draft_tokens, seed,
-             offset, generator):
+def _prepare(target_logits=None, draft_token_ids=None, draft_probs=None, target_probs=None,
+             draft_logits=None, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
+             num_draft_tokens=None, cu_num_draft_tokens=None, seed=None, offset=None,
+             generator=None):
     """Check everything and return the canonical (flattened) arguments of the ops."""
     if (target_logits is None) == (target_probs is None):
         raise ValueError("pass exactly one of target_logits and target_probs")
@@ -279,26 +280,29 @@ def verify_block(target_logits=None, draft_token_ids=None, draft_probs=None, *,
     return VerifyOutput(*verify_op(**args, backend=name))
 
 
-def verify_block_unfused(*args, backend="auto", **kwargs) -> VerifyOutput:
+def verify_block_unfused(target_logits=None, draft_token_ids=None, draft_probs=None, *,
+                         backend="auto", **kwargs) -> VerifyOutput:
     """``verify_block`` composed from the three single-purpose ops (sampling_probs, accept,
     residual_sample), materialising probabilities.  Same arguments, same tokens as the fused
     op; kept for engines that already hold probabilities and as a cross-check in the tests."""
-    a = _prepare(*_positional(args, kwargs))
+    a = _prepare(target_logits, draft_token_ids, draft_probs, **kwargs)
     name = registry.resolve(backend, a["target"].device)
     B, max_k = a["num_draft"].shape[0], a["max_k"]
     dev = a["target"].device
     greedy = a["inv_temp"] == 0
 
+    def probs(rows, row_start):
+        """The transform of each row with its own request's parameters."""
+        rows_of = _rows_to_request(row_start, rows.shape[0], dev)
+        params = [a[k][rows_of] for k in ("inv_temp", "top_k", "top_p", "min_p")]
+        return sampling_probs_op(rows, *params, backend=name)
+
     target, draft = a["target"], a["draft"]
     if not a["target_is_probs"]:
-        rows_of = _rows_to_request(a["target_row_start"], target.shape[0], dev)
-        params = [a[k][rows_of] for k in ("inv_temp", "top_k", "top_p", "min_p")]
-        target, _ = sampling_probs_op(target, *params, backend=name)
+        target, _ = probs(target, a["target_row_start"])
     if draft is not None and not a["draft_is_probs"]:
-        rows_of = _rows_to_request(a["draft_row_start"], draft.shape[0], dev)
-        params = [a[k][rows_of] for k in ("inv_temp", "top_k", "top_p", "min_p")]
-        q, qvalid = sampling_probs_op(draft, *params, backend=name)
-        draft = torch.where(qvalid[:, None], q, torch.full_like(q, float("nan")))
+        q, qvalid = probs(draft, a["draft_row_start"])
+        draft = torch.where(qvalid[:, None], q, torch.full_like(q, float("nan")))   # q = NaN
     common = (a["target_row_start"], a["draft_ids"], a["draft_row_start"], a["num_draft"],
               draft, greedy, a["seed"], a["offset"])
     nacc = accept_op(target, *common, max_k, backend=name)
@@ -320,28 +324,6 @@ def _rows_to_request(row_start, nrows, device):
     rows shared by no request map to the nearest request below; they are never read)."""
     rows = torch.arange(nrows, device=device)
     return (torch.searchsorted(row_start, rows, right=True) - 1).clamp(min=0)
-
-
-_NAMES = ("target_logits", "draft_token_ids", "draft_probs", "target_probs", "draft_logits",
-          "temperature", "top_k", "top_p", "min_p", "num_draft_tokens",
-          "cu_num_draft_tokens", "seed", "offset", "generator")
-_DEFAULTS = dict(target_logits=None, draft_token_ids=None, draft_probs=None, target_probs=None,
-                 draft_logits=None, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
-                 num_draft_tokens=None, cu_num_draft_tokens=None, seed=None, offset=None,
-                 generator=None)
-
-
-def _positional(args, kwargs):
-    if len(args) > 3:
-        raise TypeError("at most 3 positional arguments (target_logits, draft_token_ids, "
-                        "draft_probs)")
-    vals = dict(_DEFAULTS)
-    vals.update(zip(_NAMES[:3], args))
-    for k, v in kwargs.items():
-        if k not in vals:
-            raise TypeError(f"unexpected keyword argument {k!r}")
-        vals[k] = v
-    return [vals[n] for n in _NAMES]
 
 
 def sampling_probs(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, backend="auto"):

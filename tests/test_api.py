@@ -279,11 +279,7 @@ def test_greedy_ignores_seed(backend):
 
 # ----------------------------------------------------------------------------- op checks
 def _canonical(kind="full", V=23, K=3):
-    return api._prepare(**{**dict(target_logits=None, draft_token_ids=None, draft_probs=None,
-                                  target_probs=None, draft_logits=None, temperature=1.0,
-                                  top_k=0, top_p=1.0, min_p=0.0, num_draft_tokens=None,
-                                  cu_num_draft_tokens=None, seed=None, offset=None,
-                                  generator=None), **make_case(kind, V, K)})
+    return api._prepare(**make_case(kind, V, K))
 
 
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
