@@ -7,6 +7,7 @@ arguments (see ``specops.backends``) are built directly by the helpers below.
 """
 from __future__ import annotations
 
+import inspect
 import os
 
 import torch
@@ -23,6 +24,7 @@ import pytest  # noqa: E402
 triton = pytest.importorskip("triton")
 import triton.language as tl  # noqa: E402
 
+import specops  # noqa: E402
 from specops import reference as R  # noqa: E402
 from specops.backends import reference as RB  # noqa: E402
 
@@ -33,11 +35,12 @@ except ImportError as exc:  # pragma: no cover
 
 from importlib import import_module  # noqa: E402
 
+from tests.conftest import count_rows  # noqa: E402
+
 KC = TB._K  # the kernels package (specops.triton_kernels)
 C = import_module(KC.__name__ + "._common")
 _V = import_module(KC.__name__ + ".verify")
-# interpreted or compiled is decided when the kernels were decorated: ask them
-INTERPRET = type(_V._verify_kernel).__name__ == "InterpretedFunction"
+INTERPRET = KC.INTERPRETED      # decided when the kernels were decorated
 if not INTERPRET and not torch.cuda.is_available():
     pytest.skip("Triton tests need CUDA or TRITON_INTERPRET=1 (set before triton is imported)",
                 allow_module_level=True)
@@ -162,20 +165,141 @@ def check_verify(a):
     ref = run_verify(RB, a)
     got = run_verify(TB, a)
     _eq_all(got, ref)
+    count_rows("triton verify requests (test_triton)", ref[0].shape[0])
+    return ref
+
+
+# ----------------------------------------------------------------------------- forced mode
+REF_HAS_FORCED = "forced_num_accepted" in inspect.signature(RB.verify).parameters
+
+
+def _block_len(ids, d0, nd, max_k, V):
+    kb = max(min(int(nd), max_k), 0)
+    for j in range(kb):
+        if not 0 <= int(ids[d0 + j]) < V:
+            return j
+    return kb
+
+
+def _as_probs(a):
+    """The same request on probabilities: the reference transform of every target / draft
+    row with its request's parameters, invalid rows as NaN rows (what verify_block_unfused
+    passes on)."""
+    a = dict(a)
+    B = len(a["num_draft"])
+
+    def probs(rows, starts, count):
+        rows = rows.float().numpy() if rows.dtype != torch.float32 else rows.numpy()
+        out = np.full(rows.shape, np.nan, dtype=np.float32)
+        for b in range(B):
+            for j in range(count(b)):
+                i = int(starts[b]) + j
+                if 0 <= i < len(rows):
+                    p, ok = R.transform_row(rows[i], a["inv_temp"][b], a["top_k"][b],
+                                            a["top_p"][b], a["min_p"][b])
+                    if ok:
+                        out[i] = p
+        return torch.from_numpy(out)
+
+    K = a["max_k"]
+    if not a["target_is_probs"]:
+        a["target"] = probs(a["target"], a["target_row_start"],
+                            lambda b: max(min(int(a["num_draft"][b]), K), 0) + 1)
+        a["target_is_probs"] = True
+    if a["draft"] is not None and not a["draft_is_probs"]:
+        a["draft"] = probs(a["draft"], a["draft_row_start"],
+                           lambda b: max(min(int(a["num_draft"][b]), K), 0))
+        a["draft_is_probs"] = True
+    return a
+
+
+def _emulate_forced(a, forced):
+    """The forced mode of the contract, built from the old oracle reference.residual_sample_ref
+    (same semantics; until the reference's own forced mode lands)."""
+    a = _as_probs(a)
+    K, V = a["max_k"], a["target"].shape[1]
+    ids = a["draft_ids"].reshape(-1).numpy()
+    B = len(a["num_draft"])
+    n = lambda k: a[k].numpy()  # noqa: E731
+    fa = forced.numpy().astype(np.int64)
+    draft = None if a["draft"] is None else a["draft"].numpy()
+    tok = R.residual_sample_ref(n("target"), n("target_row_start"), ids, n("draft_row_start"),
+                                n("num_draft"), draft, n("inv_temp") == 0, n("seed"),
+                                n("offset"), np.maximum(fa, 0), K)
+    out = np.full((B, K + 1), -1, dtype=np.int32)
+    nacc = np.zeros(B, dtype=np.int32)
+    valid = np.zeros(B, dtype=bool)
+    for b in range(B):
+        if fa[b] < 0:
+            continue
+        d0 = int(a["draft_row_start"][b])
+        j = min(int(fa[b]), _block_len(ids, d0, a["num_draft"][b], K, V))
+        out[b, :j] = ids[d0:d0 + j]
+        nacc[b] = j
+        if tok[b] >= 0:
+            out[b, j], valid[b] = tok[b], True
+    return torch.from_numpy(out), torch.from_numpy(nacc), torch.from_numpy(valid)
+
+
+def ref_forced(a, forced):
+    if REF_HAS_FORCED:
+        return RB.verify(**a, forced_num_accepted=forced)
+    return _emulate_forced(a, forced)
+
+
+def check_forced(a, forced):
+    """Triton's forced mode == the reference's; forcing verify's own num_accepted gives
+    verify's output back."""
+    forced = torch.as_tensor(forced, dtype=torch.int64)
+    ref = ref_forced(a, forced)
+    got = TB.verify(**_dev(a), forced_num_accepted=forced.to(DEV))
+    _eq_all(got, ref)
+    count_rows("triton forced-mode requests (test_triton)", ref[0].shape[0])
+    return ref
+
+
+def check_walk_and_forced(a, extra_forced=()):
+    """verify == reference; forced mode at verify's num_accepted == verify; forced mode at
+    0, max_k, each extra vector == reference."""
+    ref = check_verify(a)
+    _eq_all(TB.verify(**_dev(a), forced_num_accepted=ref[1].to(DEV)), ref)
+    B, K = len(a["num_draft"]), a["max_k"]
+    for forced in [torch.zeros(B, dtype=torch.int64), torch.full((B,), K)] + list(extra_forced):
+        check_forced(a, forced)
     return ref
 
 
 # ----------------------------------------------------------------------------- primitives
 def test_constants_match_reference():
+    """Every literal of triton_kernels against specops.reference (or the IEEE format)."""
+    f32 = np.finfo(np.float32)
+    assert C.NEG_INF.value == -np.inf and C.POS_INF.value == np.inf
+    assert C.EXP_CUTOFF.value == float(R.EXP_CUTOFF)
     assert C.EXP_LOG2E.value == float(R.EXP_LOG2E)
     assert C.EXP_ROUND.value == float(R.EXP_ROUND)
     assert C.EXP_LN2_HI.value == float(R.EXP_LN2_HI)
     assert C.EXP_LN2_LO.value == float(R.EXP_LN2_LO)
-    coeffs = [C.EXP_C0.value, C.EXP_C1.value, C.EXP_C2.value, C.EXP_C3.value, C.EXP_C4.value,
-              0.5, 1.0, 1.0]
+    coeffs = [getattr(C, f"EXP_C{i}").value for i in range(len(R.EXP_COEFFS))]
     assert coeffs == [float(c) for c in R.EXP_COEFFS]
+    assert all(np.float32(c) == c for c in coeffs)          # exact float32 values
+    assert C.F32_EXP_BIAS.value == f32.maxexp - 1 and C.F32_MANT_BITS.value == f32.nmant
     assert C.FLT_MIN.value == float(R.FLT_MIN)
     assert C.E_SCALE.value == 2.0 ** R.E_SCALE_BITS and C.W_SCALE.value == 2.0 ** R.W_SCALE_BITS
+    assert C.P_CHECK_SCALE.value == 2.0 ** R.P_CHECK_BITS
+    assert C.P_CHECK_MAX.value == 1 << (R.P_CHECK_BITS + 2)
+    assert C.U32_TO_UNIT.value == 2.0 ** -32
+    assert (C.TAG_ACCEPT.value, C.TAG_SAMPLE.value) == (R.TAG_ACCEPT, R.TAG_SAMPLE)
+    assert C.PHILOX_ROUNDS.value == R.PHILOX_ROUNDS
+    # tl.philox (32-bit branch) carries the Philox4x32 constants in its source
+    import triton.language.random as tr
+    src = inspect.getsource(tr)
+    for name, want in (("PHILOX_KEY_A", R.PHILOX_W0), ("PHILOX_KEY_B", R.PHILOX_W1),
+                       ("PHILOX_ROUND_A", R.PHILOX_M0), ("PHILOX_ROUND_B", R.PHILOX_M1)):
+        assert f"{name}: tl.constexpr = {want:#X}".replace("0X", "0x") in src, name
+    # radix select over 32-bit float keys; NO_INDEX exceeds every token index
+    assert C.KEY_BITS.value == 32 and C.RADIX.value == 1 << C.RADIX_BITS.value
+    assert C.KEY_BITS.value % C.RADIX_BITS.value == 0
+    assert C.NO_INDEX.value == np.iinfo(np.int32).max > R.MAX_VOCAB
 
 
 @triton.jit
@@ -254,6 +378,7 @@ def check_probs(logits, inv, k, tp, mp):
     assert p.dtype == torch.float32 and p.is_contiguous()
     assert torch.equal(v, ref[1])
     assert torch.equal(p.view(torch.int32), ref[0].view(torch.int32))   # bitwise
+    count_rows("triton probability rows (test_triton)", p.shape[0])
     return ref
 
 
@@ -261,7 +386,7 @@ def check_probs(logits, inv, k, tp, mp):
 @pytest.mark.parametrize("setting", list(SETTINGS))
 def test_sampling_probs_bitwise(dtype, setting):
     V, n = 1000, 3
-    g = _gen(hash((dtype, setting)) % 1000)
+    g = _gen(100 * list(DTYPES).index(dtype) + list(SETTINGS).index(setting))
     logits = _logits(g, n, V).to(DTYPES[dtype])
     check_probs(logits, *_params(n, **SETTINGS[setting]))
 
@@ -400,7 +525,7 @@ def test_verify_invalid_rows():
         assert not bool(ref[2][0])
 
 
-def test_verify_and_residual_malformed_draft_probs():
+def test_verify_and_forced_malformed_draft_probs():
     """Negative, huge, -inf and NaN draft probabilities: r = p - max(q, 0) keeps 0 <= r <= p."""
     V, B, K = 50, 6, 3
     a = make_block(17, B, K, V, kind="full", temp=1.0)
@@ -411,14 +536,12 @@ def test_verify_and_residual_malformed_draft_probs():
     q[9:12] = 1e30
     q[12:15, 3] = -0.5
     a["draft"] = q
-    ref = check_verify(a)
+    ref = check_walk_and_forced(a, [torch.ones(B, dtype=torch.int64)])
     assert ((ref[0] >= -1) & (ref[0] < V)).all() and ref[2].all()
-    o = _op_args(17, B, K, V, True)
-    o["draft_probs"] = q
-    for nacc in (torch.zeros(B, dtype=torch.int32), torch.ones(B, dtype=torch.int32)):
-        r = dict(o, num_accepted=nacc)
-        assert torch.equal(TB.residual_sample(**_dev(r)).cpu(), RB.residual_sample(**r))
-    assert torch.equal(TB.accept(**_dev(o)).cpu(), RB.accept(**o))
+    # the same on target probabilities (the accept / residual-sample views)
+    a = make_block(17, B, K, V, kind="probs", temp=1.0)
+    a["draft"] = q
+    check_walk_and_forced(a, [torch.ones(B, dtype=torch.int64)])
 
 
 def test_verify_probs_invalid_rows():
@@ -477,40 +600,46 @@ def test_verify_last_tile_lanes_never_win():
     assert ((ref[0] >= -1) & (ref[0] < V)).all()
 
 
-# ----------------------------------------------------------------------------- accept / residual
-def _op_args(seed, B, K, V, has_q=True, greedy=None, nd=None, pad=()):
-    a = make_block(seed, B, K, V, kind="probs" if has_q else "probs_point", nd=nd, pad=pad)
-    g = torch.zeros(B, dtype=torch.bool) if greedy is None else torch.tensor(greedy)
-    return dict(target_probs=a["target"], target_row_start=a["target_row_start"],
-                draft_ids=a["draft_ids"], draft_row_start=a["draft_row_start"],
-                num_draft=a["num_draft"], draft_probs=a["draft"], greedy=g, seed=a["seed"],
-                offset=a["offset"], max_k=K)
-
-
+# ----------------------------------------------------------------------------- probability views
 def _dev(a):
     return {k: (v.to(DEV) if isinstance(v, torch.Tensor) else v) for k, v in a.items()}
 
 
+def _views_args(seed, B, K, V, has_q, greedy, nd=None, pad=()):
+    """Canonical verify arguments of the accept / residual-sample views: target and draft
+    probabilities, inv_temp 0 for greedy requests and 1 otherwise, no filters."""
+    a = make_block(seed, B, K, V, kind="probs" if has_q else "probs_point", nd=nd, pad=pad)
+    a["inv_temp"] = torch.tensor([0.0 if g else 1.0 for g in greedy], dtype=torch.float32)
+    a["top_k"] = torch.zeros(B, dtype=torch.int64)
+    a["top_p"] = torch.ones(B, dtype=torch.float32)
+    a["min_p"] = torch.zeros(B, dtype=torch.float32)
+    return a
+
+
 @pytest.mark.parametrize("has_q", [True, False])
 @pytest.mark.parametrize("V", [1, 7, 1000])
-def test_accept_and_residual_match_reference(has_q, V):
+def test_probability_views_match_reference(has_q, V):
+    """The accept view (verify's num_accepted) and the residual-sample view (forced mode)
+    on probabilities, greedy and sampled requests, ragged blocks, NaN and massless rows."""
     B, K = 8, 3
-    a = _op_args(20 + V, B, K, V, has_q, greedy=[False, True] * 4, nd=[3, 0, 2, 3, 1, 3, 3, 2],
-                 pad=[(5, 1)])
+    a = _views_args(20 + V, B, K, V, has_q, greedy=[False, True] * 4,
+                    nd=[3, 0, 2, 3, 1, 3, 3, 2], pad=[(5, 1)])
     if V > 1:
-        t = a["target_probs"].clone()
-        t[6 * 4 + 0] = np.nan          # request 6: NaN row (rejects; residual row invalid)
+        t = a["target"].clone()
+        t[6 * 4 + 0] = np.nan          # request 6: NaN row (rejects; the sampled row invalid)
         t[7 * 4 + 0] = 0.0             # request 7 (greedy): massless row
-        a["target_probs"] = t
-    nref = RB.accept(**a)
-    ngot = TB.accept(**_dev(a))
-    assert torch.equal(ngot.cpu(), nref)
-    for nacc in (nref, torch.zeros_like(nref), torch.full_like(nref, K)):
-        r = dict(a, num_accepted=nacc)
-        assert torch.equal(TB.residual_sample(**_dev(r)).cpu(), RB.residual_sample(**r))
+        a["target"] = t
+    ref = check_walk_and_forced(a, [torch.tensor([-1, 1, 5, 2, -3, 1, 0, 2])])
+    if hasattr(R, "accept_ref"):       # the old single-purpose oracle, while it exists
+        old = R.accept_ref(a["target"].numpy(), a["target_row_start"].numpy(),
+                           a["draft_ids"].numpy(), a["draft_row_start"].numpy(),
+                           a["num_draft"].numpy(), None if a["draft"] is None
+                           else a["draft"].numpy(), (a["inv_temp"] == 0).numpy(),
+                           a["seed"].numpy(), a["offset"].numpy(), K)
+        assert np.array_equal(ref[1].numpy(), old)
 
 
-def test_residual_sample_last_tile_and_fallback():
+def test_forced_mode_last_tile_and_fallback():
     V, B = 8193, 3
     p = torch.zeros((B * 2, V))
     p[:, V - 1] = 0.75
@@ -519,16 +648,159 @@ def test_residual_sample_last_tile_and_fallback():
     q[0] = p[0]                 # residual of mass 0: falls back to p
     q[1, 0] = 1.0               # residual = the last lane only
     q[2, V - 1] = 1.0
-    a = dict(target_probs=p, target_row_start=torch.arange(B) * 2,
+    a = dict(target=p, target_is_probs=True, target_row_start=torch.arange(B) * 2,
              draft_ids=torch.tensor([V - 1, 0, V - 1]), draft_row_start=torch.arange(B),
-             num_draft=torch.ones(B, dtype=torch.int64), draft_probs=q,
-             greedy=torch.tensor([False, False, False]),
-             seed=torch.tensor([1, -2, 3]), offset=torch.tensor([0, 5, 2 ** 33]), max_k=1)
-    for nacc in (torch.zeros(B, dtype=torch.int32), torch.ones(B, dtype=torch.int32)):
-        r = dict(a, num_accepted=nacc)
-        ref = RB.residual_sample(**r)
-        got = TB.residual_sample(**_dev(r)).cpu()
-        assert torch.equal(got, ref) and ((got >= 0) & (got < V)).all()
+             num_draft=torch.ones(B, dtype=torch.int64), draft=q, draft_is_probs=True,
+             inv_temp=torch.ones(B), top_k=torch.zeros(B, dtype=torch.int64),
+             top_p=torch.ones(B), min_p=torch.zeros(B), seed=torch.tensor([1, -2, 3]),
+             offset=torch.tensor([0, 5, 2 ** 33]), max_k=1)
+    for forced in (torch.zeros(B, dtype=torch.int64), torch.ones(B, dtype=torch.int64)):
+        tok, nacc, valid = check_forced(a, forced)
+        got = tok[torch.arange(B), nacc.long()]
+        assert valid.all() and ((got >= 0) & (got < V)).all()
+
+
+@pytest.mark.parametrize("kind", ["full", "point", "draft_logits", "probs", "probs_point"])
+def test_forced_mode_every_kind(kind):
+    """Forced mode on logits and probabilities, greedy and sampled, ragged and padded
+    blocks, forced values below, at and above each block length, negative ones."""
+    a = make_block(30, 6, 3, 7, kind=kind, temp=[1.0, 0.0, 0.8, 1.0, 0.0, 1.3],
+                   top_p=[1.0, 1.0, 0.9, 1.0, 1.0, 1.0], nd=[3, 0, 2, 3, 1, 3], pad=[(3, 1)])
+    check_walk_and_forced(a, [torch.tensor([1, 2, -1, 3, 7, 2]),
+                              torch.tensor([2, -5, 1, 0, 1, 3], dtype=torch.int32)])
+
+
+def test_per_request_scalars_expanded():
+    """[B] parameters given as expanded scalars (stride 0) == the same values materialised."""
+    a = make_block(31, 4, 2, 7, kind="full", temp=0.9, top_k=3)
+    ref = check_verify(a)
+    e = dict(a)
+    for k in ("inv_temp", "top_k", "top_p", "min_p", "seed", "offset"):
+        e[k] = a[k][:1].expand(4) if k not in ("seed", "offset") else a[k]
+    e["num_draft"] = a["num_draft"][:1].expand(4)
+    _eq_all(run_verify(TB, e), ref)
+    _eq_all(TB.verify(**_dev(e), forced_num_accepted=torch.ones((), dtype=torch.int64)
+                      .expand(4).to(DEV)), ref_forced(a, torch.ones(4, dtype=torch.int64)))
+
+
+# ----------------------------------------------------------------------------- bounds
+def _greedy_args(B, K, V, seed=40):
+    """Greedy requests whose drafts are the target's argmax (accepted while rows exist)."""
+    a = make_block(seed, B, K, V, kind="point", temp=0.0)
+    t = a["target"]
+    ids = a["draft_ids"].clone()
+    for b in range(B):
+        for j in range(K):
+            ids[int(a["draft_row_start"][b]) + j] = int(t[int(a["target_row_start"][b]) + j]
+                                                      .argmax())
+    a["draft_ids"] = ids
+    return a
+
+
+def _run_rows(a, forced=None):
+    kw = {} if forced is None else {"forced_num_accepted": torch.as_tensor(forced).to(DEV)}
+    return [x.cpu() for x in TB.verify(**_dev(a), **kw)]
+
+
+def test_target_rows_outside_the_tensor_invalidate_the_request():
+    B, K, V = 4, 3, 7
+    a = _greedy_args(B, K, V)
+    N = a["target"].shape[0]
+    ref = check_verify(a)
+    assert (ref[1] == K).all()                    # every draft accepted while rows exist
+    ids = a["draft_ids"].reshape(B, K).clone()
+    ids[2, :2] = a["target"][N - 2:].argmax(-1)    # request 2 reads rows N-2, N-1, N
+    bad = dict(a, target_row_start=torch.tensor([N, -1, N - 2, 3 * (K + 1)]),
+               draft_ids=ids.reshape(-1))
+    tok, nacc, valid = _run_rows(bad)
+    assert tok[0].tolist() == [-1] * 4 and tok[1].tolist() == [-1] * 4
+    assert tok[2].tolist() == ids[2, :2].tolist() + [-1, -1]       # accepted, then row N
+    assert nacc.tolist()[:3] == [0, 0, 2] and valid.tolist() == [False, False, False, True]
+    assert torch.equal(tok[3], ref[0][3]) and nacc[3] == ref[1][3]    # neighbours unaffected
+    # sampled requests on logits and on probabilities: nothing is read, the request is invalid
+    for kind in ("full", "probs"):
+        s = make_block(41, B, K, V, kind=kind, temp=1.0)
+        s["target_row_start"] = torch.tensor([N, -(2 ** 40), 0, 2 ** 40])
+        tok, nacc, valid = _run_rows(s)
+        ref = check_verify(dict(s, target_row_start=torch.tensor([0, 0, 0, 0])))
+        assert not valid[[0, 1, 3]].any() and (nacc[[0, 1, 3]] == 0).all()
+        assert (tok[[0, 1, 3]] == -1).all()
+        assert torch.equal(tok[2], ref[0][2]) and valid[2] == ref[2][2]
+    # forced mode: the sampled row j* = 1 is row N -> invalid, its accepted prefix kept
+    f = dict(a, target_row_start=torch.tensor([0, N - 1, N - 1, 0]))
+    tok, nacc, valid = _run_rows(f, [1, 1, 0, -1])
+    assert valid.tolist() == [True, False, True, False] and nacc.tolist() == [1, 1, 0, 0]
+    assert tok[1].tolist() == [int(ids[1, 0]), -1, -1, -1] and tok[3].tolist() == [-1] * 4
+
+
+def test_draft_rows_outside_the_tensor_invalidate_the_request():
+    B, K, V = 4, 3, 7
+    a = _greedy_args(B, K, V)
+    T = a["draft_ids"].numel()
+    # request 0: draft ids T-1 .. T+1: the block is cut after one draft by the tensor's end
+    # request 1: negative start; request 2: no drafts (nothing read); request 3: normal
+    bad = dict(a, draft_row_start=torch.tensor([T - 1, -2, -2, 3]),
+               num_draft=torch.tensor([3, 2, 0, 3]))
+    tok, nacc, valid = _run_rows(bad)
+    y = int(a["draft_ids"][T - 1])
+    t1 = a["target"][int(a["target_row_start"][0]) + 0]
+    if y == int(t1.argmax()):                    # accepted, then row T does not exist
+        assert nacc[0] == 1 and not valid[0] and tok[0].tolist() == [y, -1, -1, -1]
+    else:
+        assert nacc[0] == 0 and valid[0]
+    assert nacc[1] == 0 and not valid[1] and tok[1].tolist() == [-1] * 4
+    assert nacc[2] == 0 and valid[2] and tok[2, 0] >= 0
+    # a draft tensor shorter than the ids: its end cuts the block the same way
+    s = make_block(42, B, K, V, kind="full", temp=1.0)
+    ref = check_verify(s)
+    short = dict(s, draft=s["draft"][:K * (B - 1) + 1])
+    tok, nacc, valid = _run_rows(short)
+    assert torch.equal(tok[:B - 1], ref[0][:B - 1]) and torch.equal(nacc[:B - 1], ref[1][:B - 1])
+    assert nacc[B - 1] <= 1 and (valid[B - 1] == bool(nacc[B - 1] == 0))
+    # forced mode past the cut: j* = kb = 1 is the missing row -> invalid
+    tok, nacc, valid = _run_rows(short, [0, 0, 0, 3])
+    assert nacc[B - 1] == 1 and not valid[B - 1]
+
+
+# ----------------------------------------------------------------------------- subnormals
+TINY = {"fp32": 9.18e-41, "bf16": 9.18e-41, "fp16": 6e-8}     # subnormal in each format
+
+
+@pytest.mark.parametrize("dtype", list(DTYPES))
+def test_subnormal_logits_upcast_exactly(dtype):
+    """Defect B: the interpreter converted bfloat16 subnormals wrongly (9.18e-41 -> 0), so
+    top-k kept every token; the kernels widen bfloat16 from its bits."""
+    x = torch.tensor([[TINY[dtype], 0, 0, 0, TINY[dtype]]]).to(DTYPES[dtype])
+    args = dict(temperature=1.0, top_k=2)
+    want = specops.sampling_probs(x, backend="reference", **args)
+    got = specops.sampling_probs(x, backend="triton", **args)
+    assert torch.equal(got[0].view(torch.int32), want[0].view(torch.int32))
+    assert want[0].tolist() == [[0.5, 0.0, 0.0, 0.0, 0.5]]
+    kw = dict(target_logits=x[None].expand(3, 2, 5).contiguous(),
+              draft_token_ids=torch.tensor([[1], [0], [4]]), seed=torch.tensor([1, 2, 3]), **args)
+    want = specops.verify_block(**kw, backend="reference")
+    got = specops.verify_block(**kw, backend="triton")
+    for w, g in zip(want, got):
+        assert torch.equal(w, g)
+
+
+@triton.jit
+def _upcast_kernel(x_ptr, out_ptr, BLOCK: tl.constexpr):
+    i = tl.program_id(0) * BLOCK + tl.arange(0, BLOCK)
+    tl.store(out_ptr + i, C.load_f32(x_ptr + i, i >= 0, 0.0))
+
+
+@pytest.mark.parametrize("dtype", ["bf16", "fp16"])
+def test_upcast_every_bit_pattern(dtype):
+    bits = torch.arange(-(2 ** 15), 2 ** 15, dtype=torch.int32).to(torch.int16)
+    x = bits.view(DTYPES[dtype])
+    out = torch.empty(x.shape, dtype=torch.float32)
+    x, out = _to(x, out)
+    _upcast_kernel[(16,)](x, out, BLOCK=4096)
+    want = x.cpu().float()
+    same = (want.view(torch.int32) == out.cpu().view(torch.int32)) | (want.isnan()
+                                                                     & out.cpu().isnan())
+    assert bool(same.all())
 
 
 def test_import_without_triton_raises_helpful_import_error():

@@ -2,13 +2,12 @@
 ``triton_kernels``: that import name belongs to another package).
 
 One op per module, each with its ``@triton.jit`` kernel ``_<op>_kernel`` and its launcher:
-``sampling_probs``, ``accept``, ``residual_sample``, ``verify``.  The launchers take the
-canonical arguments of ``specops.backends`` and run on the tensors' device (CUDA, or CPU
-under ``TRITON_INTERPRET=1``).
+``sampling_probs`` (the transform) and ``verify`` (the one verification walk, with its forced
+mode).  The launchers take the canonical arguments of ``specops.backends`` and run on the
+tensors' device (CUDA, or CPU under ``TRITON_INTERPRET=1``).
 """
+from ._launch import INTERPRETED
 from .sampling_probs import sampling_probs
-from .accept import accept
-from .residual_sample import residual_sample
 from .verify import verify
 
-__all__ = ["sampling_probs", "accept", "residual_sample", "verify"]
+__all__ = ["sampling_probs", "verify", "INTERPRETED"]

@@ -1,47 +1,51 @@
-"""Op 1: fused softmax with the sampling transform (reference.sampling_probs_ref)."""
+"""The transform of rows of logits into probabilities (reference.sampling_probs_ref)."""
 import torch
 import triton
 import triton.language as tl
 
-from ._common import logits_argmax, row_stats, probs_from_logits, NEG_INF
+from ._common import NEG_INF, load_f32, logits_scan, probs_from_logits, row_stats
 from ._launch import block_v, launch_opts
 
 
-@triton.jit(do_not_specialize=["stride_row", "V"])
-def _sampling_probs_kernel(logits_ptr, stride_row, out_ptr, valid_ptr, inv_t_ptr, top_k_ptr,
-                           top_p_ptr, min_p_ptr, V, BLOCK_V: tl.constexpr):
+@triton.jit(do_not_specialize=["l_stride", "V"])
+def _sampling_probs_kernel(
+    l_ptr,             # [N, V] logits (float32 / bfloat16 / float16)
+    l_stride,          # elements between consecutive logits rows
+    out_ptr,           # [N, V] float32 out: probabilities (contiguous)
+    valid_ptr,         # [N] bool out: the row was valid (else its probabilities are 0)
+    inv_t_ptr,         # [N] float32 host 1/T, 0 for greedy rows
+    top_k_ptr,         # [N] int64 top-k (0: off)
+    top_p_ptr,         # [N] float32 top-p (1: off)
+    min_p_ptr,         # [N] float32 min-p (0: off)
+    V,                 # vocabulary size
+    BLOCK_V: tl.constexpr,   # vocabulary tile (power of 2)
+):
     row = tl.program_id(0).to(tl.int64)
-    row_ptr = logits_ptr + row * stride_row
+    row_ptr = l_ptr + row * l_stride
     o_ptr = out_ptr + row * V
     inv_t = tl.load(inv_t_ptr + row)
     offs = tl.arange(0, BLOCK_V)
-    if inv_t == 0.0:
-        valid, am = logits_argmax(row_ptr, V, BLOCK_V)
+    if inv_t == 0.0:                               # greedy: one-hot at the lowest argmax
+        valid, x_max, arg = logits_scan(row_ptr, V, 1.0, BLOCK_V)
         for start in range(0, V, BLOCK_V):
             idx = start + offs
-            msk = idx < V
-            p = tl.where((idx == am) & ((idx * 0 + valid.to(tl.int32)) != 0), 1.0, 0.0)
-            tl.store(o_ptr + idx, p, mask=msk)
+            one_hot = tl.where(idx == arg, 1.0, 0.0)
+            tl.store(o_ptr + idx, tl.where(valid, one_hot, 0.0), mask=idx < V)
     else:
-        top_k = tl.load(top_k_ptr + row)
-        top_p = tl.load(top_p_ptr + row)
-        min_p = tl.load(min_p_ptr + row)
-        valid, m, thr, tau, mp, s_kept = row_stats(row_ptr, V, inv_t, top_k, top_p, min_p,
-                                                   BLOCK_V)
-        s_safe = tl.where(valid & (s_kept > 0), s_kept, 1)
+        valid, stats = row_stats(row_ptr, V, inv_t, tl.load(top_k_ptr + row),
+                                 tl.load(top_p_ptr + row), tl.load(min_p_ptr + row), BLOCK_V)
         for start in range(0, V, BLOCK_V):
             idx = start + offs
             msk = idx < V
-            l = tl.load(row_ptr + idx, mask=msk & ((idx * 0 + valid.to(tl.int32)) != 0), other=NEG_INF).to(tl.float32)
-            p = probs_from_logits(l, inv_t, m, thr, tau, mp, s_safe)
-            p = tl.where(valid, p, 0.0)
+            l = load_f32(row_ptr + idx, msk, NEG_INF)
+            p = tl.where(valid, probs_from_logits(l, inv_t, stats), 0.0)
             tl.store(o_ptr + idx, p, mask=msk)
     tl.store(valid_ptr + row, valid)
 
 
 def sampling_probs(logits, inv_temp, top_k, top_p, min_p):
-    """logits [N, V] (float32/bfloat16/float16, stride(1) == 1) -> (probs [N, V] float32,
-    valid [N] bool)."""
+    """logits [N, V] (unit column stride), contiguous [N] parameters (float32 / int64) ->
+    (probs [N, V] float32, valid [N] bool)."""
     N, V = logits.shape
     probs = torch.empty((N, V), dtype=torch.float32, device=logits.device)
     valid = torch.empty((N,), dtype=torch.bool, device=logits.device)
@@ -50,8 +54,6 @@ def sampling_probs(logits, inv_temp, top_k, top_p, min_p):
         probs.zero_()
         return probs, valid
     _sampling_probs_kernel[(N,)](
-        logits, logits.stride(0), probs, valid, inv_temp.to(torch.float32).contiguous(),
-        top_k.to(torch.int64).contiguous(), top_p.to(torch.float32).contiguous(),
-        min_p.to(torch.float32).contiguous(), V, BLOCK_V=block_v(V, logits.device),
-        **launch_opts(logits.device))
+        logits, logits.stride(0), probs, valid, inv_temp, top_k, top_p, min_p, V,
+        BLOCK_V=block_v(V, logits.device), **launch_opts(logits.device))
     return probs, valid
