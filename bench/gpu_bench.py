@@ -3,12 +3,12 @@
 1. Bitwise agreement with the numpy reference at large V (a few rows: the reference is slow):
    sampling_probs (probabilities compared bit for bit), verify (token ids, num_accepted,
    valid) for full / point-mass / draft-logits drafts and greedy / temperature / top-p / top-k
-   / min-p, accept and residual_sample.
+   / min-p, and the accept / residual-sample views (verify on probabilities, its forced mode).
 2. Timings at the DESIGN.md section 6 reference shapes, in one run, side by side: the Triton
    verify, a batched torch-eager verifier (softmax, sort-based top-p, gather, rand, residual,
    multinomial), and the HBM floor: a device-to-device copy of the same bytes (target logits
-   + draft probs) and a torch sum over both.  Each op (sampling_probs, accept,
-   residual_sample) is timed at a subset of shapes.
+   + draft probs) and a torch sum over both.  sampling_probs and the accept / residual-sample
+   views (verify on probabilities, its forced mode) are timed at a subset of shapes.
 
 Prints a short table last and writes the full results (markdown) to --out.
 Everything is bounded by --budget-s: shapes left when the budget runs out are listed as
@@ -159,32 +159,32 @@ def bitwise_checks(budget_end):
                     except Exception as exc:   # noqa: BLE001
                         record(f"verify V={V} {dn} {mode} {setting}", False, f"error {exc!r}")
                         traceback.print_exc()
-        # accept / residual_sample from probabilities
+        # the accept / residual-sample views: verify on probabilities, then its forced mode
         a = canon(4, 3, V, "t0.8+p0.95", dtype=torch.float32, mode="probs", seed=V)
         p, _ = RB.sampling_probs(a["target"].cpu(), torch.full((16,), 1.25),
                                  torch.zeros(16, dtype=torch.int64), torch.full((16,), 0.95),
                                  torch.zeros(16))
         for has_q in (True, False):
-            ops = dict(target_probs=p, target_row_start=a["target_row_start"].cpu(),
-                       draft_ids=a["draft_ids"].cpu(), draft_row_start=a["draft_row_start"].cpu(),
-                       num_draft=a["num_draft"].cpu(),
-                       draft_probs=a["draft"].cpu() if has_q else None,
-                       greedy=torch.tensor([False, True, False, False]),
-                       seed=a["seed"].cpu(), offset=a["offset"].cpu(), max_k=3)
+            views = dict(to_cpu(a), target=p, target_is_probs=True,
+                         draft=a["draft"].cpu() if has_q else None, draft_is_probs=True,
+                         inv_temp=torch.tensor([1.0, 0.0, 1.0, 1.0]),
+                         top_k=torch.zeros(4, dtype=torch.int64), top_p=torch.ones(4),
+                         min_p=torch.zeros(4))
+            on_dev = {k2: (v.to(DEVICE) if isinstance(v, torch.Tensor) else v)
+                      for k2, v in views.items()}
+            name = f"verify+forced (probability views) V={V} {'q' if has_q else 'point'}"
             try:
-                nr = RB.accept(**ops)
-                ng = TB.accept(**{k2: (v.to(DEVICE) if isinstance(v, torch.Tensor) else v)
-                                  for k2, v in ops.items()}).cpu()
-                tr = RB.residual_sample(**ops, num_accepted=nr)
-                tg = TB.residual_sample(**{k2: (v.to(DEVICE) if isinstance(v, torch.Tensor) else v)
-                                           for k2, v in ops.items()},
-                                        num_accepted=nr.to(DEVICE)).cpu()
-                ok = torch.equal(nr, ng) and torch.equal(tr, tg)
-                record(f"accept+residual_sample V={V} {'q' if has_q else 'point'}", ok,
-                       "" if ok else f"nacc {ng.tolist()} vs {nr.tolist()}, tok {tg.tolist()} "
-                                     f"vs {tr.tolist()}")
+                ref = RB.verify(**views)
+                got = [t.cpu() for t in TB.verify(**on_dev)]
+                forced = torch.tensor([0, 1, 3, -1])
+                ref_f = RB.verify(**views, forced_num_accepted=forced)
+                got_f = [t.cpu() for t in TB.verify(**on_dev,
+                                                    forced_num_accepted=forced.to(DEVICE))]
+                ok = all(torch.equal(x, y) for x, y in zip(got + got_f, list(ref) + list(ref_f)))
+                record(name, ok, "" if ok else f"triton {got[0].tolist()} {got_f[0].tolist()} "
+                                               f"ref {ref[0].tolist()} {ref_f[0].tolist()}")
             except Exception as exc:   # noqa: BLE001
-                record(f"accept+residual_sample V={V}", False, f"error {exc!r}")
+                record(name, False, f"error {exc!r}")
                 traceback.print_exc()
     return rows, fails
 
@@ -300,17 +300,18 @@ def op_timings(budget_end):
             probs_args = (a["target"], rowp(a["inv_temp"]), rowp(a["top_k"]), rowp(a["top_p"]),
                           rowp(a["min_p"]))
             p, _ = TB.sampling_probs(*probs_args)
-            greedy = torch.zeros(B, dtype=torch.bool, device=DEVICE)
-            common = (a["target_row_start"], a["draft_ids"], a["draft_row_start"],
-                      a["num_draft"], a["draft"], greedy, a["seed"], a["offset"])
-            nacc = TB.accept(p, *common, K)
+            ones = torch.ones(B, device=DEVICE)
+            views = dict(a, target=p, target_is_probs=True, draft_is_probs=True, inv_temp=ones,
+                         top_k=torch.zeros(B, dtype=torch.int64, device=DEVICE), top_p=ones,
+                         min_p=torch.zeros(B, device=DEVICE))
+            nacc = TB.verify(**views)[1]
             src = torch.empty(N * V * 2, dtype=torch.uint8, device=DEVICE)
             dst = torch.empty_like(src)
             r = dict(V=V, B=B, K=K)
             r["copy_logits"] = cuda_time(lambda: dst.copy_(src))
             r["sampling_probs"] = cuda_time(lambda: TB.sampling_probs(*probs_args))
-            r["accept"] = cuda_time(lambda: TB.accept(p, *common, K))
-            r["residual_sample"] = cuda_time(lambda: TB.residual_sample(p, *common, nacc, K))
+            r["accept"] = cuda_time(lambda: TB.verify(**views))      # the accept view
+            r["residual_sample"] = cuda_time(lambda: TB.verify(**views, forced_num_accepted=nacc))
             try:
                 import specops
                 vb = specops.verify_block

@@ -25,43 +25,33 @@ import specops.backends.triton as TB  # noqa: E402
 
 BAD = re.compile(r"\b(fma\.rn\.f32|fma\.rn\.f64|mad\.f32|div\.approx|div\.full|rcp\.approx|"
                  r"ex2\.approx|[a-z]+\.ftz\.f32|[a-z]+\.[a-z]+\.ftz\.f32)")
-COMMON = {"t_start_ptr": "*i64", "ids_ptr": "*i64", "d_start_ptr": "*i64", "nd_ptr": "*i64",
-          "seed_ptr": "*i64", "off_ptr": "*i64"}
 
 
 def variants():
     K = TB._K.__name__
     sp = importlib.import_module(K + ".sampling_probs")
-    ac = importlib.import_module(K + ".accept")
-    rs = importlib.import_module(K + ".residual_sample")
     vf = importlib.import_module(K + ".verify")
     for dt in ("*fp32", "*bf16", "*fp16"):
         yield sp._sampling_probs_kernel, dict(
-            logits_ptr=dt, stride_row="i64", out_ptr="*fp32", valid_ptr="*i1",
+            l_ptr=dt, l_stride="i64", out_ptr="*fp32", valid_ptr="*i1",
             inv_t_ptr="*fp32", top_k_ptr="*i64", top_p_ptr="*fp32", min_p_ptr="*fp32",
             V="i32", BLOCK_V="constexpr"), dict(BLOCK_V=1024)
-    for hq in (True, False):
-        yield ac._accept_kernel, dict(
-            p_ptr="*fp32", p_stride="i64", q_ptr="*fp32", q_stride="i64", greedy_ptr="*i1",
-            out_ptr="*i32", V="i32", MAXK="i32", HAS_Q="constexpr", BLOCK_V="constexpr",
-            MAXK_P2="constexpr", **COMMON), dict(HAS_Q=hq, BLOCK_V=1024, MAXK_P2=16)
-    for qm in (0, 1):
-        yield rs._residual_sample_kernel, dict(
-            p_ptr="*fp32", p_stride="i64", q_ptr="*fp32", q_stride="i64", greedy_ptr="*i1",
-            nacc_ptr="*i32", out_ptr="*i32", V="i32", MAXK="i32", Q_MODE="constexpr",
-            BLOCK_V="constexpr", MAXK_P2="constexpr", **COMMON), \
-            dict(Q_MODE=qm, BLOCK_V=1024, MAXK_P2=16)
     for tp, tdt in ((False, "*bf16"), (False, "*fp16"), (False, "*fp32"), (True, "*fp32")):
         for qm, qdt in ((0, "*fp32"), (1, "*fp32"), (2, tdt)):
             if tp and qm == 2:
                 continue
-            yield vf._verify_kernel, dict(
-                t_ptr=tdt, t_stride="i64", q_ptr=qdt, q_stride="i64", inv_t_ptr="*fp32",
-                top_k_ptr="*i64", top_p_ptr="*fp32", min_p_ptr="*fp32", tok_ptr="*i32",
-                nacc_ptr="*i32", valid_ptr="*i1", V="i32", MAXK="i32", T_PROBS="constexpr",
-                Q_MODE="constexpr", BLOCK_V="constexpr", MAXK_P2="constexpr",
-                OUT_P2="constexpr", **COMMON), \
-                dict(T_PROBS=tp, Q_MODE=qm, BLOCK_V=1024, MAXK_P2=16, OUT_P2=16)
+            for forced in (False, True):
+                yield vf._verify_kernel, dict(
+                    t_ptr=tdt, t_stride="i64", N="i64", t_start_ptr="*i64", ids_ptr="*i64",
+                    d_start_ptr="*i64", n_draft_ptr="*i64", n_draft_rows="i64", q_ptr=qdt,
+                    q_stride="i64", inv_t_ptr="*fp32", top_k_ptr="*i64", top_p_ptr="*fp32",
+                    min_p_ptr="*fp32", seed_ptr="*i64", offset_ptr="*i64",
+                    forced_ptr="*i64" if forced else "constexpr", tok_ptr="*i32",
+                    nacc_ptr="*i32", valid_ptr="*i1", V="i32", MAXK="i32", T_PROBS="constexpr",
+                    Q_MODE="constexpr", FORCED="constexpr", BLOCK_V="constexpr",
+                    MAXK_P2="constexpr", OUT_P2="constexpr"), \
+                    dict(T_PROBS=tp, Q_MODE=qm, FORCED=forced, BLOCK_V=1024, MAXK_P2=16,
+                         OUT_P2=16, **({} if forced else {"forced_ptr": None}))
 
 
 def main():
@@ -79,7 +69,8 @@ def main():
         bad = collections.Counter(BAD.findall(ptx))
         status = "ok" if not bad else f"SUSPICIOUS {dict(bad)}"
         failures += bool(bad)
-        print(f"{fn.__name__:26s} {str(consts):75s} {status}", flush=True)
+        shown = {k: v for k, v in consts.items() if k != "forced_ptr"}
+        print(f"{fn.__name__:26s} {str(shown):90s} {status}", flush=True)
     print("all variants compiled for sm_%d; %s" % (args.arch, "PTX clean" if not failures
                                                     else f"{failures} suspicious"))
     return 1 if failures else 0
