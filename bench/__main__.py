@@ -325,7 +325,7 @@ def main(argv=None):
     for line in target_verdicts(main_rows):
         emit(line)
     emit()
-    emit("## Reference shapes (DESIGN.md section 6)")
+    emit("## Reference shapes (the design's benchmark shapes)")
     emit()
     emit(HEADER)
     sweep_v, sweep_b, sweep_k = [], [], []

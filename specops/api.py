@@ -201,8 +201,11 @@ def _per_request(name, value, B, dtype, device, rng: Optional[_Range]):
         if value.device.type not in DEVICE_TYPES:
             raise ValueError(f"{name} must be on a CPU or CUDA device, got {value.device}")
         t = value.to(device=device, dtype=dtype)
-        if rng is not None and not _tracing() and not bool(rng.holds(t).all()):
-            raise ValueError(f"{name} must be {rng.text}; got {t.tolist() if B <= 16 else t}")
+        if rng is not None and B > 0 and not _tracing():
+            lo, hi = (float(v) for v in torch.aminmax(t))      # an interval: ends suffice
+            if not (rng.holds(lo) and rng.holds(hi)):
+                raise ValueError(f"{name} must be {rng.text}; got "
+                                 f"{t.tolist() if B <= 16 else t}")
         return t
     if isinstance(value, (list, tuple)):
         return _per_request(name, torch.tensor(value), B, dtype, device, rng)
@@ -216,20 +219,18 @@ def _inv_temperature_scalar(t: float) -> float:
 
 def _inv_temperature(temp):
     """1/T on the host side of the contract: float32(1 / float64(T)); 0 marks greedy."""
-    t64 = temp.double()
-    hot = temp >= _GREEDY_T
-    return torch.where(hot, 1.0 / torch.where(hot, t64, torch.ones_like(t64)),
-                       torch.zeros_like(t64)).float()
+    return torch.where(temp >= _GREEDY_T, temp.double().reciprocal(), 0.0).float()
 
 
 def _temperature(temperature, B, device):
     """-> (inv_temp [B] float32, temp [B] float32 or None, all_greedy: bool or None)."""
     if isinstance(temperature, (torch.Tensor, list, tuple)):
         temp = _per_request("temperature", temperature, B, torch.float32, device, TEMPERATURE)
+        inv = _inv_temperature(temp)
         all_greedy = None
-        if temp.device.type == "cpu" and not _tracing():
-            all_greedy = bool((temp < _GREEDY_T).all())
-        return _inv_temperature(temp), temp, all_greedy
+        if temp.device.type == "cpu" and not _tracing() and B > 0:
+            all_greedy = float(inv.max()) == 0.0
+        return inv, temp, all_greedy
     inv = _inv_temperature_scalar(_scalar("temperature", temperature, torch.float32,
                                           TEMPERATURE))
     return _const_vec(inv, B, torch.float32, device), None, inv == 0.0
