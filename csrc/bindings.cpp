@@ -12,6 +12,7 @@
 
 #include <array>
 #include <cstdint>
+#include <iterator>
 #include <stdexcept>
 #include <string>
 #include <tuple>
@@ -118,26 +119,28 @@ T* out_ptr(uintptr_t a, int64_t n, const char* what) {
 
 py::dict constants() {
   py::dict d;
-  d["PHILOX_M0"] = specops::PHILOX_M0;
-  d["PHILOX_M1"] = specops::PHILOX_M1;
-  d["PHILOX_W0"] = specops::PHILOX_W0;
-  d["PHILOX_W1"] = specops::PHILOX_W1;
-  d["PHILOX_ROUNDS"] = specops::PHILOX_ROUNDS;
-  d["TAG_ACCEPT"] = specops::TAG_ACCEPT;
-  d["TAG_SAMPLE"] = specops::TAG_SAMPLE;
-  d["EXP_CUTOFF"] = specops::EXP_CUTOFF;
-  d["EXP_LOG2E"] = specops::EXP_LOG2E;
-  d["EXP_ROUND"] = specops::EXP_ROUND;
-  d["EXP_LN2_HI"] = specops::EXP_LN2_HI;
-  d["EXP_LN2_LO"] = specops::EXP_LN2_LO;
-  py::tuple coeffs(8);
-  for (size_t i = 0; i < 8; ++i) coeffs[i] = py::float_(specops::EXP_COEFFS[i]);
-  d["EXP_COEFFS"] = coeffs;
-  d["E_SCALE_BITS"] = specops::E_SCALE_BITS;
-  d["W_SCALE_BITS"] = specops::W_SCALE_BITS;
-  d["P_CHECK_BITS"] = specops::P_CHECK_BITS;
-  d["MAX_VOCAB"] = specops::MAX_VOCAB;
+#define SPECOPS_CONSTANT(name) d[#name] = specops::name
+  SPECOPS_CONSTANT(PHILOX_M0);
+  SPECOPS_CONSTANT(PHILOX_M1);
+  SPECOPS_CONSTANT(PHILOX_W0);
+  SPECOPS_CONSTANT(PHILOX_W1);
+  SPECOPS_CONSTANT(PHILOX_ROUNDS);
+  SPECOPS_CONSTANT(TAG_ACCEPT);
+  SPECOPS_CONSTANT(TAG_SAMPLE);
+  SPECOPS_CONSTANT(EXP_CUTOFF);
+  SPECOPS_CONSTANT(EXP_LOG2E);
+  SPECOPS_CONSTANT(EXP_ROUND);
+  SPECOPS_CONSTANT(EXP_LN2_HI);
+  SPECOPS_CONSTANT(EXP_LN2_LO);
+  SPECOPS_CONSTANT(E_SCALE_BITS);
+  SPECOPS_CONSTANT(W_SCALE_BITS);
+  SPECOPS_CONSTANT(P_CHECK_BITS);
+  SPECOPS_CONSTANT(MAX_VOCAB);
+#undef SPECOPS_CONSTANT
   d["FLT_MIN"] = specops::FLT_MIN_F32;
+  py::tuple coeffs(std::size(specops::EXP_COEFFS));
+  for (size_t i = 0; i < coeffs.size(); ++i) coeffs[i] = py::float_(specops::EXP_COEFFS[i]);
+  d["EXP_COEFFS"] = coeffs;
   return d;
 }
 

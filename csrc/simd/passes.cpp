@@ -67,6 +67,20 @@ inline uint64_t fold_mass(typename S::I hi, typename S::I lo) {
   return sum;
 }
 
+// The exact mass of the vectors e_at(i) returns for each whole vector i of [i, V): digits
+// summed in int32 lanes per kLaneBlock vectors, then in uint64.  Advances i.
+template <class S, class EAt>
+inline uint64_t sum_mass(int64_t& i, int64_t V, EAt&& e_at) {
+  uint64_t total = 0;
+  while (i + S::W <= V) {
+    const int64_t end = i + vec_span<S>(i, V, kLaneBlock);
+    typename S::I hi = S::splat_i(0), lo = hi;
+    for (; i < end; i += S::W) add_mass<S>(e_at(i), hi, lo);
+    total += fold_mass<S>(hi, lo);
+  }
+  return total;
+}
+
 template <class S>
 inline float hmax(typename S::F x) {
   float lane[S::W];
@@ -135,30 +149,20 @@ RowScan scale_max(const float* src, float* dst, int64_t V, float inv_t) {
 template <class S, bool SPARSE>
 uint64_t exp_t(float* x, int64_t V, float m, float thr) {
   using F = typename S::F;
-  const F vm = S::splat(m), vthr = S::splat(thr);
-  uint64_t total = 0;
+  const F vm = S::splat(m), vthr = S::splat(thr), zero = S::splat(0.0f);
   int64_t i = 0;
-  while (i + S::W <= V) {
-    const int64_t end = i + vec_span<S>(i, V, kLaneBlock);
-    typename S::I hi = S::splat_i(0), lo = hi;
-    for (; i < end; i += S::W) {
-      const F xv = S::load(x + i);
-      F e;
-      if (SPARSE) {
-        const typename S::M in = ge(xv, vthr);
-        if (!any(in)) {
-          store(x + i, S::splat(0.0f));
-          continue;
-        }
-        e = keep(in, pexp_v<S>(xv - vm));
-      } else {
-        e = pexp_v<S>(xv - vm);
-      }
-      store(x + i, e);
-      add_mass<S>(e, hi, lo);
+  uint64_t total = sum_mass<S>(i, V, [&](int64_t k) {
+    const F xv = S::load(x + k);
+    F e;
+    if (SPARSE) {
+      const typename S::M in = ge(xv, vthr);
+      e = any(in) ? keep(in, pexp_v<S>(xv - vm)) : zero;
+    } else {
+      e = pexp_v<S>(xv - vm);
     }
-    total += fold_mass<S>(hi, lo);
-  }
+    store(x + k, e);
+    return e;
+  });
   if constexpr (S::W > 1) total += exp_t<Scalar, SPARSE>(x + i, V - i, m, thr);
   return total;
 }
@@ -170,17 +174,11 @@ uint64_t exp_pass(float* x, int64_t V, float m, float thr) {
 template <class S>
 uint64_t masked_mass_t(const float* e, int64_t V, float cut) {
   const typename S::F vc = S::splat(cut);
-  uint64_t total = 0;
   int64_t i = 0;
-  while (i + S::W <= V) {
-    const int64_t end = i + vec_span<S>(i, V, kLaneBlock);
-    typename S::I hi = S::splat_i(0), lo = hi;
-    for (; i < end; i += S::W) {
-      const typename S::F ev = S::load(e + i);
-      add_mass<S>(keep(ge(ev, vc), ev), hi, lo);
-    }
-    total += fold_mass<S>(hi, lo);
-  }
+  uint64_t total = sum_mass<S>(i, V, [&](int64_t k) {
+    const typename S::F ev = S::load(e + k);
+    return keep(ge(ev, vc), ev);
+  });
   if constexpr (S::W > 1) total += masked_mass_t<Scalar>(e + i, V - i, cut);
   return total;
 }
@@ -258,19 +256,13 @@ template <class S>
 int64_t band_t(const float* e, int64_t V, float lo, float hi, float* out, uint64_t* mass) {
   using F = typename S::F;
   const F vlo = S::splat(lo), vhi = S::splat(hi);
-  uint64_t M = 0;
   int64_t n = 0, i = 0;
-  while (i + S::W <= V) {
-    const int64_t end = i + vec_span<S>(i, V, kLaneBlock);
-    typename S::I dhi = S::splat_i(0), dlo = dhi;
-    for (; i < end; i += S::W) {
-      const F ev = S::load(e + i);
-      const typename S::M above = ge(ev, vlo);
-      add_mass<S>(keep(above, ev), dhi, dlo);
-      n += compress(out + n, ev, above & lt(ev, vhi));
-    }
-    M += fold_mass<S>(dhi, dlo);
-  }
+  uint64_t M = sum_mass<S>(i, V, [&](int64_t k) {
+    const F ev = S::load(e + k);
+    const typename S::M above = ge(ev, vlo);
+    n += compress(out + n, ev, above & lt(ev, vhi));
+    return keep(above, ev);
+  });
   if constexpr (S::W > 1) {
     uint64_t tail = 0;
     n += band_t<Scalar>(e + i, V - i, lo, hi, out + n, &tail);
