@@ -51,15 +51,17 @@ def _rows(t, probs: bool):
 
 
 def _mat(t):
-    return (t.data_ptr(), _MAT_DTYPES[t.dtype], t.size(0), t.size(1), t.stride(0))
+    rows, cols = t.shape
+    return (t.data_ptr(), _MAT_DTYPES[t.dtype], rows, cols, t.stride()[0])
 
 
 def _col(t, dtype, n: int, name: str, keep: list, ints: bool = False):
     """Column view (address, element stride, dtype code) of a 1-D tensor with >= n entries,
     read in place (any stride, 0 included); `ints`: int32 is read as is too."""
-    if (type(t) is torch.Tensor and t.is_cpu and (t.dtype is dtype or (ints and t.dtype is torch.int32))
-            and t.dim() == 1 and t.numel() >= n):
-        return (t.data_ptr(), t.stride(0), _COL_CODES[t.dtype])  # fast path: no copy
+    if type(t) is torch.Tensor and t.is_cpu:
+        dt = t.dtype
+        if (dt is dtype or (ints and dt is torch.int32)) and t.dim() == 1 and t.numel() >= n:
+            return (t.data_ptr(), t.stride()[0], _COL_CODES[dt])  # fast path: read in place
     t = torch.as_tensor(t).detach()
     if not t.is_cpu:
         t = t.cpu()
