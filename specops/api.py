@@ -381,16 +381,35 @@ def _prepare(target_logits=None, draft_token_ids=None, draft_probs=None, target_
     if ids.dtype != torch.int64:
         ids = ids.to(torch.int64)
 
+    values = (temperature, top_k, top_p, min_p)
+    plain = all(type(v) in (int, float) for v in values) and not torch.compiler.is_compiling()
+    key = (B, device, is_probs, values, tuple(type(v) for v in values)) if plain else None
+    params = _PARAMS.get(key) if plain else None
+    if params is None:
+        params = _params(temperature, top_k, top_p, min_p, B, device, is_probs)
+        if plain:                      # all-scalar parameters are checked once, then reused
+            if len(_PARAMS) > 256:
+                _PARAMS.clear()
+            _PARAMS[key] = params
+    inv_temp, top_k_t, top_p_t, min_p_t, all_greedy = params
+    seed_t, offset_t = _seeds(seed, offset, generator, B, device, all_greedy)
+    return Canonical(target2, is_probs, target_row_start, ids, draft_row_start, num_draft,
+                     draft2, draft_probs is not None, inv_temp, top_k_t, top_p_t, min_p_t,
+                     seed_t, offset_t, max_k)
+
+
+_PARAMS: dict = {}
+
+
+def _params(temperature, top_k, top_p, min_p, B, device, is_probs):
+    """-> (inv_temp, top_k, top_p, min_p [B] tensors, all_greedy: bool or None)."""
     inv_temp, temp, all_greedy = _temperature(temperature, B, device)
     top_k_t = _per_request("top_k", top_k, B, torch.int64, device, TOP_K)
     top_p_t = _per_request("top_p", top_p, B, torch.float32, device, TOP_P)
     min_p_t = _per_request("min_p", min_p, B, torch.float32, device, MIN_P)
     if is_probs:
         _check_probs_params(temperature, temp, top_k, top_p, min_p, top_k_t, top_p_t, min_p_t)
-    seed_t, offset_t = _seeds(seed, offset, generator, B, device, all_greedy)
-    return Canonical(target2, is_probs, target_row_start, ids, draft_row_start, num_draft,
-                     draft2, draft_probs is not None, inv_temp, top_k_t, top_p_t, min_p_t,
-                     seed_t, offset_t, max_k)
+    return inv_temp, top_k_t, top_p_t, min_p_t, all_greedy
 
 
 def _check_probs_params(temperature, temp, top_k, top_p, min_p, top_k_t, top_p_t, min_p_t):
