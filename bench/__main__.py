@@ -148,32 +148,29 @@ def latency_case(reps):
     a = api._prepare(target, ids, q, None, None, 0.8, 0, 1.0, 0.0, None, None, seed, offset,
                      None)
     custom = _custom_op_twin()
-    tg, dr, ids64 = a["target"], a["draft"], a["draft_ids"].to(torch.int64).contiguous()
-    vec = {k: a[k].contiguous() for k in ("target_row_start", "draft_row_start", "num_draft",
-                                          "inv_temp", "top_k", "top_p", "min_p", "seed",
-                                          "offset")}
+    keep: list = []
+    cols = tuple(cpu_backend._col(getattr(a, f), torch.int64 if f in (
+        "target_row_start", "draft_row_start", "num_draft", "top_k", "seed", "offset")
+        else torch.float32, B, f, keep) for f in _C.REQUEST_FIELDS[:-1]) + (None,)
+    ids64 = cpu_backend._col(a.draft_ids, torch.int64, 0, "draft_ids", keep)
+    tmat, dmat = cpu_backend._mat(a.target), cpu_backend._mat(a.draft)
     tok = torch.empty((B, K + 1), dtype=torch.int32)
     nacc = torch.empty(B, dtype=torch.int32)
     valid = torch.empty(B, dtype=torch.bool)
 
     def native():
-        _C.verify(tg.data_ptr(), 0, tg.size(0), V, tg.stride(0), False,
-                  vec["target_row_start"].data_ptr(), ids64.data_ptr(), ids64.numel(),
-                  vec["draft_row_start"].data_ptr(), vec["num_draft"].data_ptr(),
-                  dr.data_ptr(), 0, dr.size(0), V, dr.stride(0), True,
-                  vec["inv_temp"].data_ptr(), vec["top_k"].data_ptr(), vec["top_p"].data_ptr(),
-                  vec["min_p"].data_ptr(), vec["seed"].data_ptr(), vec["offset"].data_ptr(),
-                  B, K, tok.data_ptr(), nacc.data_ptr(), valid.data_ptr())
+        _C.verify(tmat, False, dmat, True, ids64, a.draft_ids.numel(), cols, B, K,
+                  tok.data_ptr(), nacc.data_ptr(), valid.data_ptr())
 
     fns = {
         "verify_block (public call)": lambda: specops.verify_block(
             target, ids, q, temperature=0.8, seed=seed, offset=offset, backend="cpu"),
         "argument checks only (api._prepare)": lambda: api._prepare(
             target, ids, q, None, None, 0.8, 0, 1.0, 0.0, None, None, seed, offset, None),
-        "op specops::verify (torch.library.Library, used)": lambda: verify_op(**a,
-                                                                               backend="cpu"),
-        "same body as torch.library.custom_op (replaced)": lambda: custom(**a, backend="cpu"),
-        "backend function (no dispatcher)": lambda: cpu_backend.verify(**a),
+        "op specops::verify (torch.library.Library)": lambda: verify_op(*a, "cpu"),
+        "same body as torch.library.custom_op (replaced)": lambda: custom(*a, backend="cpu"),
+        "backend function (what eager calls use; no dispatcher)": lambda: cpu_backend.verify(
+            *a),
         "native kernel only (_C.verify)": native,
     }
     med = timeit(fns, reps)
@@ -325,7 +322,7 @@ def main(argv=None):
     for line in target_verdicts(main_rows):
         emit(line)
     emit()
-    emit("## Reference shapes (DESIGN.md section 6)")
+    emit("## Reference shapes (the design's benchmark shapes)")
     emit()
     emit(HEADER)
     sweep_v, sweep_b, sweep_k = [], [], []

@@ -1,38 +1,147 @@
-// pybind11 bindings of the torch-free kernels.  Every tensor is passed as a raw address
-// (Python int from tensor.data_ptr()) plus sizes and strides; specops/backends/cpu.py does the
-// marshalling and keeps the tensors alive.  The GIL is released in every call.
+// pybind11 bindings of the torch-free kernels.  Tensors arrive as small tuples of integers
+// (built by specops/backends/cpu.py, which keeps the tensors alive and does the torch side):
+//
+//   matrix view  (address, dtype code, rows, cols, row stride)  or None (absent)
+//   column view  (address, element stride, dtype code)          (stride 0: a broadcast value)
+//
+// Every view is checked here, with the GIL held (errors are ValueError); the kernels then
+// run with the GIL released and bounds-check every row index they derive from the data.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <array>
 #include <cstdint>
+#include <iterator>
 #include <stdexcept>
+#include <string>
 #include <tuple>
 
+#include "core/float_bits.h"
+#include "core/pexp.h"
+#include "core/philox.h"
 #include "kernels.h"
-#include "philox.h"
-#include "pexp.h"
+#include "simd/passes.h"
 
 namespace py = pybind11;
+using specops::FloatCol;
+using specops::IntCol;
 using specops::Mat;
 
 namespace {
 
+[[noreturn]] void fail(const std::string& msg) { throw std::invalid_argument("specops._C: " + msg); }
+
+// The integers of a tuple of exactly n Python ints.
+template <size_t n>
+std::array<long long, n> ints(py::handle t, const char* what) {
+  PyObject* o = t.ptr();
+  if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != Py_ssize_t(n))
+    fail(std::string(what) + " must be a tuple of " + std::to_string(n) + " ints");
+  std::array<long long, n> v{};
+  for (size_t i = 0; i < n; ++i) {
+    PyObject* x = PyTuple_GET_ITEM(o, Py_ssize_t(i));
+    // addresses are unsigned; everything else fits a signed 64-bit integer
+    v[i] = i == 0 ? (long long)PyLong_AsUnsignedLongLong(x) : PyLong_AsLongLong(x);
+    if (PyErr_Occurred()) {
+      PyErr_Clear();
+      fail(std::string(what) + ": item " + std::to_string(i) + " is not a 64-bit int");
+    }
+  }
+  return v;
+}
+
+Mat matrix(py::handle t, const char* what, bool probs) {
+  Mat m;
+  if (t.is_none()) return m;
+  const auto v = ints<5>(t, what);
+  if (v[1] < specops::kF32 || v[1] > specops::kF16) fail(std::string(what) + ": bad dtype code");
+  if (probs && v[1] != specops::kF32) fail(std::string(what) + ": probabilities must be float32");
+  if (v[2] < 0 || v[3] < 0) fail(std::string(what) + ": negative size");
+  if (v[3] > specops::MAX_VOCAB) fail(std::string(what) + ": V exceeds MAX_VOCAB = 2**22");
+  m.ptr = reinterpret_cast<const void*>(uintptr_t(v[0]));
+  m.dtype = int(v[1]);
+  m.rows = m.ptr ? v[2] : 0;
+  m.cols = v[3];
+  m.stride = v[4];
+  return m;
+}
+
+IntCol int_column(py::handle t, const char* what, int64_t n) {
+  IntCol c;
+  if (t.is_none()) return c;
+  const auto v = ints<3>(t, what);
+  if (v[2] != specops::kI32 && v[2] != specops::kI64) fail(std::string(what) + ": must be int32 or int64");
+  if (!v[0] && n > 0) fail(std::string(what) + ": null address");
+  c.ptr = reinterpret_cast<const void*>(uintptr_t(v[0]));
+  c.stride = v[1];
+  c.is_i32 = v[2] == specops::kI32;
+  return c;
+}
+
+FloatCol float_column(py::handle t, const char* what, int64_t n) {
+  const auto v = ints<3>(t, what);
+  if (v[2] != specops::kF32) fail(std::string(what) + ": must be float32");
+  if (!v[0] && n > 0) fail(std::string(what) + ": null address");
+  FloatCol c;
+  c.ptr = reinterpret_cast<const float*>(uintptr_t(v[0]));
+  c.stride = v[1];
+  return c;
+}
+
+// The per-request (or per-row) columns, in this order.
+constexpr const char* kRequestFields[] = {
+    "target_row_start", "draft_row_start", "num_draft", "inv_temp", "top_k", "top_p",
+    "min_p",            "seed",            "offset",    "forced_num_accepted"};
+constexpr const char* kRowFields[] = {"inv_temp", "top_k", "top_p", "min_p"};
+
+py::handle item(py::tuple t, size_t i) { return PyTuple_GET_ITEM(t.ptr(), Py_ssize_t(i)); }
+
+void check_len(py::tuple t, size_t n, const char* what) {
+  if (t.size() != n) fail(std::string(what) + " must be a tuple of " + std::to_string(n) + " columns");
+}
+
+specops::TransformParams transform_params(py::tuple cols, size_t at, int64_t n) {
+  specops::TransformParams p;
+  p.inv_temp = float_column(item(cols, at), "inv_temp", n);
+  p.top_k = int_column(item(cols, at + 1), "top_k", n);
+  p.top_p = float_column(item(cols, at + 2), "top_p", n);
+  p.min_p = float_column(item(cols, at + 3), "min_p", n);
+  if (n > 0 && !p.top_k.ptr) fail("top_k: missing");
+  return p;
+}
+
 template <class T>
-T* P(uintptr_t a) {
+T* out_ptr(uintptr_t a, int64_t n, const char* what) {
+  if (!a && n > 0) fail(std::string(what) + ": null address");
   return reinterpret_cast<T*>(a);
 }
 
-Mat make_mat(uintptr_t ptr, int dtype, int64_t rows, int64_t cols, int64_t stride) {
-  if (dtype < 0 || dtype > 2) throw std::invalid_argument("specops._C: bad dtype code");
-  if (rows < 0 || cols < 0) throw std::invalid_argument("specops._C: negative size");
-  Mat m;
-  m.ptr = reinterpret_cast<const void*>(ptr);
-  m.dtype = dtype;
-  m.rows = ptr ? rows : 0;
-  m.cols = cols;
-  m.stride = stride;
-  return m;
+py::dict constants() {
+  py::dict d;
+#define SPECOPS_CONSTANT(name) d[#name] = specops::name
+  SPECOPS_CONSTANT(PHILOX_M0);
+  SPECOPS_CONSTANT(PHILOX_M1);
+  SPECOPS_CONSTANT(PHILOX_W0);
+  SPECOPS_CONSTANT(PHILOX_W1);
+  SPECOPS_CONSTANT(PHILOX_ROUNDS);
+  SPECOPS_CONSTANT(TAG_ACCEPT);
+  SPECOPS_CONSTANT(TAG_SAMPLE);
+  SPECOPS_CONSTANT(EXP_CUTOFF);
+  SPECOPS_CONSTANT(EXP_LOG2E);
+  SPECOPS_CONSTANT(EXP_ROUND);
+  SPECOPS_CONSTANT(EXP_LN2_HI);
+  SPECOPS_CONSTANT(EXP_LN2_LO);
+  SPECOPS_CONSTANT(E_SCALE_BITS);
+  SPECOPS_CONSTANT(W_SCALE_BITS);
+  SPECOPS_CONSTANT(P_CHECK_BITS);
+  SPECOPS_CONSTANT(MAX_VOCAB);
+#undef SPECOPS_CONSTANT
+  d["FLT_MIN"] = specops::FLT_MIN_F32;
+  py::tuple coeffs(std::size(specops::EXP_COEFFS));
+  for (size_t i = 0; i < coeffs.size(); ++i) coeffs[i] = py::float_(specops::EXP_COEFFS[i]);
+  d["EXP_COEFFS"] = coeffs;
+  return d;
 }
 
 }  // namespace
@@ -40,118 +149,76 @@ Mat make_mat(uintptr_t ptr, int dtype, int64_t rows, int64_t cols, int64_t strid
 PYBIND11_MODULE(_C, m) {
   m.doc() = "specops CPU kernels (torch-free C++; see specops/reference.py for the spec)";
 
+  py::tuple fields(std::size(kRequestFields));
+  for (size_t i = 0; i < std::size(kRequestFields); ++i) fields[i] = kRequestFields[i];
+  m.attr("REQUEST_FIELDS") = fields;
+  py::tuple row_fields(std::size(kRowFields));
+  for (size_t i = 0; i < std::size(kRowFields); ++i) row_fields[i] = kRowFields[i];
+  m.attr("ROW_FIELDS") = row_fields;
+
   m.def(
       "verify",
-      [](uintptr_t target, int target_dtype, int64_t N, int64_t V, int64_t target_stride,
-         bool target_is_probs, uintptr_t target_row_start, uintptr_t draft_ids,
-         int64_t num_ids, uintptr_t draft_row_start, uintptr_t num_draft, uintptr_t draft,
-         int draft_dtype, int64_t T, int64_t Vd, int64_t draft_stride, bool draft_is_probs,
-         uintptr_t inv_temp, uintptr_t top_k, uintptr_t top_p, uintptr_t min_p,
-         uintptr_t seed, uintptr_t offset, int64_t B, int64_t max_k, uintptr_t out_tokens,
-         uintptr_t out_num_accepted, uintptr_t out_valid) {
-        if (B < 0 || max_k < 0) throw std::invalid_argument("specops._C.verify: B, max_k >= 0");
-        if (target_is_probs && target_dtype != specops::kF32)
-          throw std::invalid_argument("specops._C.verify: target probs must be float32");
-        if (draft && draft_is_probs && draft_dtype != specops::kF32)
-          throw std::invalid_argument("specops._C.verify: draft probs must be float32");
+      [](py::handle target, bool target_is_probs, py::handle draft, bool draft_is_probs,
+         py::handle draft_ids, int64_t num_ids, py::tuple requests, int64_t B, int64_t max_k,
+         uintptr_t out_tokens, uintptr_t out_num_accepted, uintptr_t out_valid) {
+        specops::check_isa_env();
+        if (B < 0 || max_k < 0 || num_ids < 0) fail("verify: B, max_k, num_ids must be >= 0");
+        check_len(requests, std::size(kRequestFields), "verify: requests");
         specops::VerifyArgs a;
-        a.target = make_mat(target, target_dtype, N, V, target_stride);
+        a.target = matrix(target, "target", target_is_probs);
         a.target_is_probs = target_is_probs;
-        a.target_row_start = P<const int64_t>(target_row_start);
-        a.draft_ids = P<const int64_t>(draft_ids);
-        a.num_ids = num_ids;
-        a.draft_row_start = P<const int64_t>(draft_row_start);
-        a.num_draft = P<const int64_t>(num_draft);
-        a.draft = make_mat(draft, draft_dtype, T, Vd, draft_stride);
+        a.draft = matrix(draft, "draft", draft_is_probs);
         a.draft_is_probs = draft_is_probs;
-        a.inv_temp = P<const float>(inv_temp);
-        a.top_k = P<const int64_t>(top_k);
-        a.top_p = P<const float>(top_p);
-        a.min_p = P<const float>(min_p);
-        a.seed = P<const int64_t>(seed);
-        a.offset = P<const int64_t>(offset);
+        a.draft_ids = int_column(draft_ids, "draft_ids", num_ids);
+        a.num_ids = a.draft_ids.ptr ? num_ids : 0;
+        a.target_row_start = int_column(item(requests, 0), kRequestFields[0], B);
+        a.draft_row_start = int_column(item(requests, 1), kRequestFields[1], B);
+        a.num_draft = int_column(item(requests, 2), kRequestFields[2], B);
+        a.params = transform_params(requests, 3, B);
+        a.seed = int_column(item(requests, 7), kRequestFields[7], B);
+        a.offset = int_column(item(requests, 8), kRequestFields[8], B);
+        a.forced_num_accepted = int_column(item(requests, 9), kRequestFields[9], B);
+        if (B > 0 && (!a.target_row_start.ptr || !a.draft_row_start.ptr || !a.num_draft.ptr ||
+                      !a.seed.ptr || !a.offset.ptr))
+          fail("verify: a per-request column is missing");
         a.B = B;
         a.max_k = max_k;
-        a.out_tokens = P<int32_t>(out_tokens);
-        a.out_num_accepted = P<int32_t>(out_num_accepted);
-        a.out_valid = P<uint8_t>(out_valid);
+        a.out_tokens = out_ptr<int32_t>(out_tokens, B, "out_tokens");
+        a.out_num_accepted = out_ptr<int32_t>(out_num_accepted, B, "out_num_accepted");
+        a.out_valid = out_ptr<uint8_t>(out_valid, B, "out_valid");
+        py::gil_scoped_release nogil;
         specops::verify(a);
       },
-      py::call_guard<py::gil_scoped_release>());
+      py::arg("target"), py::arg("target_is_probs"), py::arg("draft"), py::arg("draft_is_probs"),
+      py::arg("draft_ids"), py::arg("num_ids"), py::arg("requests"), py::arg("B"),
+      py::arg("max_k"), py::arg("out_tokens"), py::arg("out_num_accepted"),
+      py::arg("out_valid"),
+      "The fused verify walk (reference.verify_rows_ref).  target / draft: matrix views; "
+      "draft_ids: a column view; requests: one column view per name in REQUEST_FIELDS "
+      "(forced_num_accepted may be None); outputs: addresses of token_ids [B, max_k + 1] "
+      "int32, num_accepted [B] int32, valid [B] bool.");
 
   m.def(
       "sampling_probs",
-      [](uintptr_t logits, int dtype, int64_t N, int64_t V, int64_t stride, uintptr_t inv_temp,
-         uintptr_t top_k, uintptr_t top_p, uintptr_t min_p, uintptr_t out_probs,
-         uintptr_t out_valid) {
-        const Mat lg = make_mat(logits, dtype, N, V, stride);
-        specops::sampling_probs(lg, P<const float>(inv_temp), P<const int64_t>(top_k),
-                                P<const float>(top_p), P<const float>(min_p),
-                                P<float>(out_probs), P<uint8_t>(out_valid));
+      [](py::handle logits, py::tuple rows, uintptr_t out_probs, uintptr_t out_valid) {
+        specops::check_isa_env();
+        check_len(rows, std::size(kRowFields), "sampling_probs: rows");
+        const Mat lg = matrix(logits, "logits", false);
+        const specops::TransformParams p = transform_params(rows, 0, lg.rows);
+        float* probs = out_ptr<float>(out_probs, lg.rows * lg.cols, "out_probs");
+        uint8_t* valid = out_ptr<uint8_t>(out_valid, lg.rows, "out_valid");
+        py::gil_scoped_release nogil;
+        specops::sampling_probs(lg, p, probs, valid);
       },
-      py::call_guard<py::gil_scoped_release>());
-
-  auto probs_args = [](uintptr_t target, int64_t N, int64_t V, int64_t target_stride,
-                       uintptr_t target_row_start, uintptr_t draft_ids, int64_t num_ids,
-                       uintptr_t draft_row_start, uintptr_t num_draft, uintptr_t draft,
-                       int64_t T, int64_t Vd, int64_t draft_stride, uintptr_t greedy,
-                       uintptr_t seed, uintptr_t offset, int64_t B, int64_t max_k) {
-    if (B < 0 || max_k < 0) throw std::invalid_argument("specops._C: B, max_k >= 0");
-    specops::ProbsOpArgs a;
-    a.target = make_mat(target, specops::kF32, N, V, target_stride);
-    a.target_row_start = P<const int64_t>(target_row_start);
-    a.draft_ids = P<const int64_t>(draft_ids);
-    a.num_ids = num_ids;
-    a.draft_row_start = P<const int64_t>(draft_row_start);
-    a.num_draft = P<const int64_t>(num_draft);
-    a.draft = make_mat(draft, specops::kF32, T, Vd, draft_stride);
-    a.greedy = P<const uint8_t>(greedy);
-    a.seed = P<const int64_t>(seed);
-    a.offset = P<const int64_t>(offset);
-    a.B = B;
-    a.max_k = max_k;
-    return a;
-  };
-
-  m.def(
-      "accept",
-      [probs_args](uintptr_t target, int64_t N, int64_t V, int64_t target_stride,
-                   uintptr_t target_row_start, uintptr_t draft_ids, int64_t num_ids,
-                   uintptr_t draft_row_start, uintptr_t num_draft, uintptr_t draft, int64_t T,
-                   int64_t Vd, int64_t draft_stride, uintptr_t greedy, uintptr_t seed,
-                   uintptr_t offset, int64_t B, int64_t max_k, uintptr_t out_num_accepted) {
-        const auto a = probs_args(target, N, V, target_stride, target_row_start, draft_ids,
-                                  num_ids, draft_row_start, num_draft, draft, T, Vd,
-                                  draft_stride, greedy, seed, offset, B, max_k);
-        specops::accept(a, P<int32_t>(out_num_accepted));
-      },
-      py::call_guard<py::gil_scoped_release>());
-
-  m.def(
-      "residual_sample",
-      [probs_args](uintptr_t target, int64_t N, int64_t V, int64_t target_stride,
-                   uintptr_t target_row_start, uintptr_t draft_ids, int64_t num_ids,
-                   uintptr_t draft_row_start, uintptr_t num_draft, uintptr_t draft, int64_t T,
-                   int64_t Vd, int64_t draft_stride, uintptr_t greedy, uintptr_t seed,
-                   uintptr_t offset, uintptr_t num_accepted, int64_t B, int64_t max_k,
-                   uintptr_t out_tokens) {
-        auto a = probs_args(target, N, V, target_stride, target_row_start, draft_ids, num_ids,
-                            draft_row_start, num_draft, draft, T, Vd, draft_stride, greedy,
-                            seed, offset, B, max_k);
-        a.num_accepted = P<const int32_t>(num_accepted);
-        specops::residual_sample(a, P<int32_t>(out_tokens));
-      },
-      py::call_guard<py::gil_scoped_release>());
+      py::arg("logits"), py::arg("rows"), py::arg("out_probs"), py::arg("out_valid"),
+      "logits matrix view [N, V] + one column view per name in ROW_FIELDS -> probabilities "
+      "into out_probs [N, V] float32 (contiguous) and validity into out_valid [N] bool.");
 
   m.def(
       "philox",
       [](uint64_t c0, uint64_t c1, uint64_t c2, uint64_t c3, uint64_t k0, uint64_t k1) {
-        specops::Philox4 w;
-        {
-          py::gil_scoped_release nogil;
-          w = specops::philox4x32(uint32_t(c0), uint32_t(c1), uint32_t(c2), uint32_t(c3),
-                                  uint32_t(k0), uint32_t(k1));
-        }
+        const specops::Philox4 w = specops::philox4x32(uint32_t(c0), uint32_t(c1), uint32_t(c2),
+                                                       uint32_t(c3), uint32_t(k0), uint32_t(k1));
         return std::make_tuple(w.w[0], w.w[1], w.w[2], w.w[3]);
       },
       "Philox4x32-10 of one counter/key (uint32 words) -> (w0, w1, w2, w3)");
@@ -159,6 +226,7 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "pexp",
       [](py::array_t<float, py::array::c_style | py::array::forcecast> x) {
+        specops::check_isa_env();
         py::array_t<float> out(x.request().shape);
         const float* in = x.data();
         float* o = out.mutable_data();
@@ -169,7 +237,16 @@ PYBIND11_MODULE(_C, m) {
         }
         return out;
       },
-      "The portable float32 exp (reference.pexp) over an array");
+      "The portable float32 exp (reference.pexp) over an array, at the active ISA level");
+
+  m.def("isa", &specops::isa,
+        "The active ISA level: 'scalar', 'sse2' or 'avx2'.  Raises ValueError when "
+        "SPECOPS_CPU_ISA asks for a level that is unknown or cannot run here.");
+  m.def("set_isa", &specops::set_isa, py::arg("level"),
+        "Switch the ISA level in-process (tests); ValueError for a level that cannot run here.");
+  m.def("available_isas", &specops::available_isas,
+        "The levels this build contains and this CPU runs, lowest first.");
+  m.def("constants", &constants, "The constants of the spec as compiled (see specops.reference).");
 
 #ifdef _OPENMP
   m.attr("has_openmp") = true;

@@ -5,7 +5,7 @@
 
 namespace specops {
 
-enum DType : int { kF32 = 0, kBF16 = 1, kF16 = 2 };
+enum DType : int { kF32 = 0, kBF16 = 1, kF16 = 2, kI32 = 3, kI64 = 4 };
 
 // A [rows, cols] matrix of float32/bfloat16/float16 with unit column stride and row stride
 // `stride` (in elements).  ptr == nullptr means "absent".
@@ -17,54 +17,60 @@ struct Mat {
   int64_t stride = 0;
 };
 
+// A column of int32 or int64 values: element i at ptr + i * stride elements (stride 0: one
+// value shared by every index).  ptr == nullptr means "absent".
+struct IntCol {
+  const void* ptr = nullptr;
+  int64_t stride = 0;
+  bool is_i32 = false;
+  int64_t operator[](int64_t i) const {
+    return is_i32 ? int64_t(static_cast<const int32_t*>(ptr)[i * stride])
+                  : static_cast<const int64_t*>(ptr)[i * stride];
+  }
+};
+
+// A column of float32 values (same layout rules as IntCol).
+struct FloatCol {
+  const float* ptr = nullptr;
+  int64_t stride = 0;
+  float operator[](int64_t i) const { return ptr[i * stride]; }
+};
+
+// Per-row (or per-request) parameters of the target transform.
+struct TransformParams {
+  FloatCol inv_temp;  // 0: greedy
+  IntCol top_k;       // 0: off
+  FloatCol top_p;     // 1: off
+  FloatCol min_p;     // 0: off
+};
+
 struct VerifyArgs {
-  Mat target;
+  Mat target;  // logits, or float32 probabilities when target_is_probs
   bool target_is_probs = false;
-  const int64_t* target_row_start = nullptr;
-  const int64_t* draft_ids = nullptr;
-  int64_t num_ids = 0;  // length of draft_ids
-  const int64_t* draft_row_start = nullptr;
-  const int64_t* num_draft = nullptr;
   Mat draft;  // ptr == nullptr: point-mass drafts
   bool draft_is_probs = false;
-  const float* inv_temp = nullptr;
-  const int64_t* top_k = nullptr;
-  const float* top_p = nullptr;
-  const float* min_p = nullptr;
-  const int64_t* seed = nullptr;
-  const int64_t* offset = nullptr;
+  IntCol draft_ids;  // [num_ids]
+  int64_t num_ids = 0;
+  // per-request [B] columns
+  IntCol target_row_start;
+  IntCol draft_row_start;
+  IntCol num_draft;
+  TransformParams params;
+  IntCol seed;
+  IntCol offset;
+  IntCol forced_num_accepted;  // ptr == nullptr: the plain verify
   int64_t B = 0;
   int64_t max_k = 0;
-  int32_t* out_tokens = nullptr;  // [B, max_k + 1]
+  int32_t* out_tokens = nullptr;        // [B, max_k + 1]
   int32_t* out_num_accepted = nullptr;  // [B]
-  uint8_t* out_valid = nullptr;  // [B]
+  uint8_t* out_valid = nullptr;         // [B]
 };
 
 void verify(const VerifyArgs& a);
 
 // logits [N, V] -> probs [N, V] float32 contiguous, valid [N].
-void sampling_probs(const Mat& logits, const float* inv_temp, const int64_t* top_k,
-                    const float* top_p, const float* min_p, float* out_probs,
+void sampling_probs(const Mat& logits, const TransformParams& params, float* out_probs,
                     uint8_t* out_valid);
-
-struct ProbsOpArgs {
-  Mat target;  // float32 probabilities
-  const int64_t* target_row_start = nullptr;
-  const int64_t* draft_ids = nullptr;
-  int64_t num_ids = 0;
-  const int64_t* draft_row_start = nullptr;
-  const int64_t* num_draft = nullptr;
-  Mat draft;  // float32 probabilities or absent
-  const uint8_t* greedy = nullptr;
-  const int64_t* seed = nullptr;
-  const int64_t* offset = nullptr;
-  const int32_t* num_accepted = nullptr;  // residual_sample only
-  int64_t B = 0;
-  int64_t max_k = 0;
-};
-
-void accept(const ProbsOpArgs& a, int32_t* out_num_accepted);
-void residual_sample(const ProbsOpArgs& a, int32_t* out_tokens);
 
 void pexp_array(const float* in, float* out, int64_t n);
 

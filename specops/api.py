@@ -1,9 +1,17 @@
 """The public call: argument checks, the two layouts, and dispatch to the custom ops.
 
 Every check here runs before any kernel.  Checks that need to look at tensor *values*
-(draft id range, per-request parameter ranges given as tensors) run on CPU tensors and on
-CUDA tensors outside CUDA-graph capture and ``torch.compile`` tracing; inside those the
-kernels' own guards apply (ids outside [0, V) end a block; nothing is read out of bounds).
+(draft id range, per-request parameters given as tensors, ``cu_num_draft_tokens``) run on CPU
+tensors and on CUDA tensors outside CUDA-graph capture and ``torch.compile`` tracing; inside
+those the kernels' own guards apply (ids outside [0, V) end a block; nothing is read out of
+bounds).
+
+Per-call cost matters: engines call ``verify_block`` every decoding step.  Python scalars are
+range-checked without touching a tensor, and the per-request tensors built from them (and the
+row starts of the padded layout) are cached by value, so a steady-state call builds no tensor
+it does not return.  In eager mode with no torch dispatch or function mode active the backend
+is called directly, the same function the registered op ``specops::verify`` runs, without the
+dispatcher's argument boxing; under tracing, capture or any mode the op itself is called.
 """
 from __future__ import annotations
 
@@ -13,6 +21,7 @@ from typing import NamedTuple, Optional
 
 import numpy as np
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from specops import reference as _ref
 from specops.backends import registry
@@ -20,6 +29,7 @@ from specops.ops import accept_op, residual_sample_op, sampling_probs_op, verify
 
 LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 ID_DTYPES = (torch.int32, torch.int64)
+DEVICE_TYPES = ("cpu", "cuda")
 
 
 class VerifyOutput(NamedTuple):
@@ -32,10 +42,37 @@ class VerifyOutput(NamedTuple):
     valid: torch.Tensor
 
 
+class Canonical(NamedTuple):
+    """The checked, flattened arguments of ``specops::verify`` (specops.backends documents
+    each one); field order is the op's argument order."""
+    target: torch.Tensor
+    target_is_probs: bool
+    target_row_start: torch.Tensor
+    draft_ids: torch.Tensor
+    draft_row_start: torch.Tensor
+    num_draft: torch.Tensor
+    draft: Optional[torch.Tensor]
+    draft_is_probs: bool
+    inv_temp: torch.Tensor
+    top_k: torch.Tensor
+    top_p: torch.Tensor
+    min_p: torch.Tensor
+    seed: torch.Tensor
+    offset: torch.Tensor
+    max_k: int
+
+
 def _tracing() -> bool:
+    """Under torch.compile tracing or CUDA-graph capture: no tensor value may be read."""
     if torch.compiler.is_compiling():
         return True
-    return torch.cuda.is_available() and torch.cuda.is_current_stream_capturing()
+    return torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
+
+
+def _eager_direct() -> bool:
+    """True when calling the backend directly is indistinguishable from calling the op."""
+    return (not torch.compiler.is_compiling() and _get_current_dispatch_mode() is None
+            and not torch._C._is_torch_function_mode_enabled())
 
 
 def _check_tensor(name, t, dtypes, ndims=None, device=None):
@@ -46,7 +83,11 @@ def _check_tensor(name, t, dtypes, ndims=None, device=None):
     if ndims is not None and t.dim() not in ndims:
         raise ValueError(f"{name} must have {' or '.join(map(str, ndims))} dimensions, "
                          f"got shape {tuple(t.shape)}")
-    if device is not None and t.device != device:
+    if device is None:
+        if t.device.type not in DEVICE_TYPES:
+            raise ValueError(f"{name} must be on a CPU or CUDA device, got {t.device} "
+                             "(meta and other devices hold no values to verify)")
+    elif t.device != device:
         raise ValueError(f"{name} must be on {device} like the target, got {t.device}")
 
 
@@ -67,10 +108,82 @@ class _Range(NamedTuple):
 
 INF = float("inf")
 _F32_OVERFLOW = 2.0 ** 128 - 2.0 ** 103      # smallest magnitude that rounds to inf in float32
-TEMPERATURE = _Range(0.0, INF, False, True, "finite and >= 0 (0 = greedy)")
+TEMPERATURE = _Range(0.0, INF, False, True,
+                     "finite and >= 0 (0 = greedy; below 1e-5 counts as greedy)")
 TOP_K = _Range(0, INF, False, True, "an int >= 0 (0 = off)")
 TOP_P = _Range(0.0, 1.0, True, False, "in (0, 1] (1 = off)")
 MIN_P = _Range(0.0, 1.0, False, False, "in [0, 1] (0 = off)")
+_GREEDY_T = float(_ref.GREEDY_TEMPERATURE)
+
+
+_CONST: dict = {}
+
+
+def _cached(key, make):
+    """Eager calls reuse small constant tensors (never written to: backends only read their
+    inputs, and they are never returned to the caller); traced calls build them in-graph."""
+    if torch.compiler.is_compiling():
+        return make()
+    hit = _CONST.get(key)
+    if hit is None:
+        if len(_CONST) > 1024:
+            _CONST.clear()
+        hit = _CONST[key] = make()
+    return hit
+
+
+def _const_vec(value, B: int, dtype: torch.dtype, device: torch.device) -> torch.Tensor:
+    """A [B] tensor filled with `value`."""
+    return _cached((type(value), value, B, dtype, device),
+                   lambda: torch.full((B,), value, dtype=dtype, device=device))
+
+
+def _padded_rows(B: int, K: int, device: torch.device):
+    """(target_row_start, draft_row_start, num_draft) of the padded [B, K+1, V] layout."""
+    def make():
+        ar = torch.arange(B, device=device, dtype=torch.int64)
+        return ar * (K + 1), ar * K, torch.full((B,), K, dtype=torch.int64, device=device)
+    return _cached(("rows", B, K, device), make)
+
+
+_SCALAR_OK: dict = {}      # (name, type, value) -> checked value, for plain int / float
+
+
+def _scalar(name, value, dtype, rng: Optional[_Range]):
+    """Check a Python scalar; return the value the kernels will see (float32-rounded)."""
+    plain = type(value) in (int, float)
+    if plain:
+        hit = _SCALAR_OK.get((name, type(value), value))
+        if hit is not None:
+            return hit
+    checked = _check_scalar(name, value, dtype, rng)
+    if plain:
+        if len(_SCALAR_OK) > 4096:
+            _SCALAR_OK.clear()
+        _SCALAR_OK[(name, type(value), value)] = checked
+    return checked
+
+
+def _check_scalar(name, value, dtype, rng: Optional[_Range]):
+    if not isinstance(value, numbers.Number) or isinstance(value, bool):
+        raise TypeError(f"{name} must be a number or a [B] tensor, got {type(value).__name__}")
+    if not dtype.is_floating_point:
+        if not isinstance(value, numbers.Integral):
+            raise TypeError(f"{name} must be an int, got {value!r}")
+        value = int(value)
+        if not -(2 ** 63) <= value < 2 ** 63:
+            raise ValueError(f"{name} must fit in int64, got {value}")
+    else:
+        if isinstance(value, numbers.Complex) and not isinstance(value, numbers.Real):
+            raise TypeError(f"{name} must be a real number, got {value!r}")
+        value = float(value)
+        if abs(value) >= _F32_OVERFLOW:         # rounds to inf in float32: fails the range
+            value = math.copysign(INF, value)
+        else:
+            value = float(np.float32(value))    # the value the kernels will see
+    if rng is not None and not rng.holds(value):
+        raise ValueError(f"{name} must be {rng.text}; got {value!r}")
+    return value
 
 
 def _per_request(name, value, B, dtype, device, rng: Optional[_Range]):
@@ -85,49 +198,61 @@ def _per_request(name, value, B, dtype, device, rng: Optional[_Range]):
             raise TypeError(f"{name} must be a real number tensor, got {value.dtype}")
         if dtype.is_floating_point is False and value.dtype.is_floating_point:
             raise TypeError(f"{name} must be an integer tensor, got {value.dtype}")
+        if value.device.type not in DEVICE_TYPES:
+            raise ValueError(f"{name} must be on a CPU or CUDA device, got {value.device}")
         t = value.to(device=device, dtype=dtype)
-        if rng is not None and not _tracing() and not bool(rng.holds(t).all()):
-            raise ValueError(f"{name} must be {rng.text}; got {t.tolist() if B <= 16 else t}")
+        if rng is not None and B > 0 and not _tracing():
+            lo, hi = (float(v) for v in torch.aminmax(t))      # an interval: ends suffice
+            if not (rng.holds(lo) and rng.holds(hi)):
+                raise ValueError(f"{name} must be {rng.text}; got "
+                                 f"{t.tolist() if B <= 16 else t}")
         return t
     if isinstance(value, (list, tuple)):
         return _per_request(name, torch.tensor(value), B, dtype, device, rng)
-    if not isinstance(value, numbers.Number) or isinstance(value, bool):
-        raise TypeError(f"{name} must be a number or a [B] tensor, got {type(value).__name__}")
-    if not dtype.is_floating_point:
-        if not isinstance(value, numbers.Integral):
-            raise TypeError(f"{name} must be an int, got {value!r}")
-        if not -(2 ** 63) <= value < 2 ** 63:
-            raise ValueError(f"{name} must fit in int64, got {value}")
-    else:
-        value = float(value)
-        if abs(value) >= _F32_OVERFLOW:         # rounds to inf in float32: fails the range
-            value = math.copysign(INF, value)
-        else:
-            value = float(np.float32(value))    # the value the kernels will see
-    if rng is not None and not rng.holds(value):
-        raise ValueError(f"{name} must be {rng.text}; got {value!r}")
-    return torch.full((B,), value, dtype=dtype, device=device)
+    return _const_vec(_scalar(name, value, dtype, rng), B, dtype, device)
+
+
+def _inv_temperature_scalar(t: float) -> float:
+    """float32(1 / float64(T)) of a float32-rounded Python T; 0 marks greedy (T < 1e-5)."""
+    return float(np.float32(1.0 / t)) if t >= _GREEDY_T else 0.0
 
 
 def _inv_temperature(temp):
     """1/T on the host side of the contract: float32(1 / float64(T)); 0 marks greedy."""
-    t64 = temp.double()
-    return torch.where(t64 > 0, 1.0 / torch.where(t64 > 0, t64, torch.ones_like(t64)),
-                       torch.zeros_like(t64)).float()
+    return torch.where(temp >= _GREEDY_T, temp.double().reciprocal(), 0.0).float()
+
+
+def _temperature(temperature, B, device):
+    """-> (inv_temp [B] float32, temp [B] float32 or None, all_greedy: bool or None)."""
+    if isinstance(temperature, (torch.Tensor, list, tuple)):
+        temp = _per_request("temperature", temperature, B, torch.float32, device, TEMPERATURE)
+        inv = _inv_temperature(temp)
+        all_greedy = None
+        if temp.device.type == "cpu" and not _tracing() and B > 0:
+            all_greedy = float(inv.max()) == 0.0
+        return inv, temp, all_greedy
+    inv = _inv_temperature_scalar(_scalar("temperature", temperature, torch.float32,
+                                          TEMPERATURE))
+    return _const_vec(inv, B, torch.float32, device), None, inv == 0.0
+
+
+def _check_generator(generator):
+    if generator is not None and not isinstance(generator, torch.Generator):
+        raise TypeError(f"generator must be a torch.Generator or None, got "
+                        f"{type(generator).__name__}")
 
 
 def _seeds(seed, offset, generator, B, device, all_greedy):
+    _check_generator(generator)
     if seed is not None and generator is not None:
         raise ValueError("pass either seed (with offset) or generator, not both")
     if seed is None:
         if all_greedy:                       # greedy consumes no randomness
-            seed_t = torch.zeros(B, dtype=torch.int64, device=device)
+            seed_t = _const_vec(0, B, torch.int64, device)
         else:
             gdev = generator.device if generator is not None else torch.device("cpu")
             seed_t = torch.randint(-(2 ** 63), 2 ** 63 - 1, (B,), generator=generator,
                                    dtype=torch.int64, device=gdev).to(device)
-        if offset is None:
-            offset = 0
     else:
         seed_t = _per_request("seed", seed, B, torch.int64, device, None)
     offset_t = _per_request("offset", 0 if offset is None else offset, B, torch.int64, device,
@@ -135,10 +260,56 @@ def _seeds(seed, offset, generator, B, device, all_greedy):
     return seed_t, offset_t
 
 
+def _flattened(tname, target, draft_token_ids, draft, dname, cu_num_draft_tokens,
+               num_draft_tokens, max_num_draft_tokens, device):
+    """Row starts, per-request draft counts and max_k of vLLM's flattened layout."""
+    if cu_num_draft_tokens is None:
+        raise ValueError(f"{tname} is 2-D [N, V]: the flattened layout needs "
+                         "cu_num_draft_tokens [B]; or pass a [B, K+1, V] tensor")
+    if num_draft_tokens is not None:
+        raise ValueError("num_draft_tokens is for the padded [B, K+1, V] layout; the "
+                         "flattened layout takes cu_num_draft_tokens")
+    _check_tensor("cu_num_draft_tokens", cu_num_draft_tokens, ID_DTYPES, (1,))
+    cu = cu_num_draft_tokens.to(device=device, dtype=torch.int64)
+    B = cu.shape[0]
+    T = draft_token_ids.shape[0]
+    N = target.shape[0]
+    if N != T + B:
+        raise ValueError(f"{tname} must have T + B = {T} + {B} = {T + B} rows in the "
+                         f"flattened layout (one per draft plus one bonus per request), got {N}")
+    if draft is not None and draft.shape[0] != T:
+        raise ValueError(f"{dname} must have T={T} rows (one per draft token), got "
+                         f"{draft.shape[0]}")
+    if B == 0 and T != 0:
+        raise ValueError(f"cu_num_draft_tokens is empty (B=0) but draft_token_ids has T={T} "
+                         "ids: every draft token must belong to a request")
+    prev = torch.cat([cu.new_zeros(1), cu[:-1]])
+    num_draft = cu - prev
+    host_ok = not _tracing() and (cu.device.type == "cpu" or max_num_draft_tokens is None)
+    if host_ok and B > 0:
+        if bool((num_draft < 0).any()) or int(cu[-1]) != T:
+            raise ValueError("cu_num_draft_tokens must be non-decreasing, start at >= 0 "
+                             f"and end at T={T} (the number of draft tokens)")
+    if max_num_draft_tokens is None:
+        if _tracing():
+            raise ValueError("the flattened layout under torch.compile / CUDA-graph capture "
+                             "needs max_num_draft_tokens (the output width must not depend "
+                             "on tensor values)")
+        max_k = int(num_draft.max()) if B > 0 else 0
+    else:
+        max_k = _scalar("max_num_draft_tokens", max_num_draft_tokens, torch.int64,
+                        _Range(0, INF, False, True, "an int >= 0"))
+        if host_ok and B > 0 and int(num_draft.max()) > max_k:
+            raise ValueError(f"max_num_draft_tokens={max_k} is smaller than the longest "
+                             f"block in cu_num_draft_tokens ({int(num_draft.max())})")
+    target_row_start = prev + torch.arange(B, device=device, dtype=torch.int64)
+    return B, target_row_start, prev, num_draft, max_k
+
+
 def _prepare(target_logits=None, draft_token_ids=None, draft_probs=None, target_probs=None,
              draft_logits=None, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
              num_draft_tokens=None, cu_num_draft_tokens=None, seed=None, offset=None,
-             generator=None):
+             generator=None, max_num_draft_tokens=None) -> Canonical:
     """Check everything and return the canonical (flattened) arguments of the ops."""
     if (target_logits is None) == (target_probs is None):
         raise ValueError("pass exactly one of target_logits and target_probs")
@@ -166,36 +337,10 @@ def _prepare(target_logits=None, draft_token_ids=None, draft_probs=None, target_
                          f"{tuple(draft.shape)}")
 
     if flat:
-        if cu_num_draft_tokens is None:
-            raise ValueError(f"{tname} is 2-D [N, V]: the flattened layout needs "
-                             "cu_num_draft_tokens [B]; or pass a [B, K+1, V] tensor")
-        if num_draft_tokens is not None:
-            raise ValueError("num_draft_tokens is for the padded [B, K+1, V] layout; the "
-                             "flattened layout takes cu_num_draft_tokens")
-        _check_tensor("cu_num_draft_tokens", cu_num_draft_tokens, ID_DTYPES, (1,))
-        cu = cu_num_draft_tokens.to(device=device, dtype=torch.int64)
-        B = cu.shape[0]
-        T = draft_token_ids.shape[0]
-        N = target.shape[0]
-        if N != T + B:
-            raise ValueError(f"{tname} must have T + B = {T} + {B} = {T + B} rows in the "
-                             f"flattened layout (one per draft plus one bonus per request), "
-                             f"got {N}")
-        if draft is not None and draft.shape[0] != T:
-            raise ValueError(f"{dname} must have T={T} rows (one per draft token), got "
-                             f"{draft.shape[0]}")
-        prev = torch.cat([cu.new_zeros(1), cu[:-1]])
-        num_draft = cu - prev
-        if not _tracing() and B > 0:
-            if bool((num_draft < 0).any()) or int(cu[-1]) != T:
-                raise ValueError("cu_num_draft_tokens must be non-decreasing, start at >= 0 "
-                                 f"and end at T={T} (the number of draft tokens)")
-        max_k = int(num_draft.max()) if B > 0 else 0
-        draft_row_start = prev
-        target_row_start = prev + torch.arange(B, device=device, dtype=torch.int64)
-        target2 = target
-        draft2 = draft
-        ids = draft_token_ids
+        B, target_row_start, draft_row_start, num_draft, max_k = _flattened(
+            tname, target, draft_token_ids, draft, dname, cu_num_draft_tokens,
+            num_draft_tokens, max_num_draft_tokens, device)
+        target2, draft2, ids = target, draft, draft_token_ids
     else:
         if cu_num_draft_tokens is not None:
             raise ValueError("cu_num_draft_tokens is for the flattened [N, V] layout; the "
@@ -211,15 +356,14 @@ def _prepare(target_logits=None, draft_token_ids=None, draft_probs=None, target_
         if draft is not None and tuple(draft.shape) != (B, K, V):
             raise ValueError(f"{dname} must have shape [B, K, V] = [{B}, {K}, {V}], got "
                              f"{tuple(draft.shape)}")
+        if max_num_draft_tokens is not None:
+            raise ValueError("max_num_draft_tokens is for the flattened layout; the padded "
+                             "layout's width is K + 1")
         max_k = K
-        if num_draft_tokens is None:
-            num_draft = torch.full((B,), K, dtype=torch.int64, device=device)
-        else:
+        target_row_start, draft_row_start, num_draft = _padded_rows(B, K, device)
+        if num_draft_tokens is not None:
             num_draft = _per_request("num_draft_tokens", num_draft_tokens, B, torch.int64,
                                      device, _Range(0, K, False, False, f"in [0, K={K}]"))
-        ar = torch.arange(B, device=device, dtype=torch.int64)
-        target_row_start = ar * K1
-        draft_row_start = ar * K
         target2 = target.reshape(B * K1, V)
         draft2 = None if draft is None else draft.reshape(B * K, V)
         ids = draft_token_ids.reshape(B * K)
@@ -227,93 +371,139 @@ def _prepare(target_logits=None, draft_token_ids=None, draft_probs=None, target_
         target2 = target2.contiguous()
     if draft2 is not None and draft2.stride(-1) != 1:
         draft2 = draft2.contiguous()
-    if not _tracing() and ids.numel() > 0:
+    if not _tracing() and ids.numel() > 0 and ids.device.type == "cpu":
+        lo, hi = torch.aminmax(ids)
+        if int(lo) < -1 or int(hi) >= V:
+            raise ValueError(f"draft_token_ids must be in [-1, V={V}) (-1 marks padding)")
+    elif not _tracing() and ids.numel() > 0:
         if bool(((ids < -1) | (ids >= V)).any()):
             raise ValueError(f"draft_token_ids must be in [-1, V={V}) (-1 marks padding)")
-    ids = ids.to(torch.int64)
+    if ids.dtype != torch.int64:
+        ids = ids.to(torch.int64)
 
-    temp = _per_request("temperature", temperature, B, torch.float32, device, TEMPERATURE)
+    values = (temperature, top_k, top_p, min_p)
+    plain = all(type(v) in (int, float) for v in values) and not torch.compiler.is_compiling()
+    key = (B, device, is_probs, values, tuple(type(v) for v in values)) if plain else None
+    params = _PARAMS.get(key) if plain else None
+    if params is None:
+        params = _params(temperature, top_k, top_p, min_p, B, device, is_probs)
+        if plain:                      # all-scalar parameters are checked once, then reused
+            if len(_PARAMS) > 256:
+                _PARAMS.clear()
+            _PARAMS[key] = params
+    inv_temp, top_k_t, top_p_t, min_p_t, all_greedy = params
+    seed_t, offset_t = _seeds(seed, offset, generator, B, device, all_greedy)
+    return Canonical(target2, is_probs, target_row_start, ids, draft_row_start, num_draft,
+                     draft2, draft_probs is not None, inv_temp, top_k_t, top_p_t, min_p_t,
+                     seed_t, offset_t, max_k)
+
+
+_PARAMS: dict = {}
+
+
+def _params(temperature, top_k, top_p, min_p, B, device, is_probs):
+    """-> (inv_temp, top_k, top_p, min_p [B] tensors, all_greedy: bool or None)."""
+    inv_temp, temp, all_greedy = _temperature(temperature, B, device)
     top_k_t = _per_request("top_k", top_k, B, torch.int64, device, TOP_K)
     top_p_t = _per_request("top_p", top_p, B, torch.float32, device, TOP_P)
     min_p_t = _per_request("min_p", min_p, B, torch.float32, device, MIN_P)
-    if is_probs and not _tracing():
-        if not bool(((temp == 0) | (temp == 1)).all()):
-            raise ValueError("temperature must be 0 (greedy) or 1 with target_probs: the "
-                             "probabilities are taken as final; pass target_logits to apply "
-                             "a temperature")
-        if bool((top_k_t != 0).any() | (top_p_t != 1).any() | (min_p_t != 0).any()):
-            raise ValueError("top_k, top_p and min_p must be off with target_probs (the "
-                             "probabilities are taken as final); pass target_logits instead")
-    inv_temp = _inv_temperature(temp)
-    all_greedy = (not isinstance(temperature, torch.Tensor) and temperature == 0) or (
-        isinstance(temperature, torch.Tensor) and temperature.device.type == "cpu"
-        and not _tracing() and bool((temp == 0).all()))
-    seed_t, offset_t = _seeds(seed, offset, generator, B, device, all_greedy)
-    return dict(target=target2, target_is_probs=is_probs, target_row_start=target_row_start,
-                draft_ids=ids, draft_row_start=draft_row_start, num_draft=num_draft,
-                draft=draft2, draft_is_probs=draft_probs is not None, inv_temp=inv_temp,
-                top_k=top_k_t, top_p=top_p_t, min_p=min_p_t, seed=seed_t, offset=offset_t,
-                max_k=max_k)
+    if is_probs:
+        _check_probs_params(temperature, temp, top_k, top_p, min_p, top_k_t, top_p_t, min_p_t)
+    return inv_temp, top_k_t, top_p_t, min_p_t, all_greedy
+
+
+def _check_probs_params(temperature, temp, top_k, top_p, min_p, top_k_t, top_p_t, min_p_t):
+    """With final probabilities only T in {0, 1} and no filters make sense."""
+    scalars = not any(isinstance(v, (torch.Tensor, list, tuple))
+                      for v in (temperature, top_k, top_p, min_p))
+    if scalars:
+        t_ok = float(temperature) in (0.0, 1.0)
+        f_ok = top_k == 0 and float(top_p) == 1.0 and float(min_p) == 0.0
+    elif _tracing():
+        return
+    else:
+        t_ok = temp is None or bool(((temp == 0) | (temp == 1)).all())
+        f_ok = not bool((top_k_t != 0).any() | (top_p_t != 1).any() | (min_p_t != 0).any())
+    if not t_ok:
+        raise ValueError("temperature must be 0 (greedy) or 1 with target_probs: the "
+                         "probabilities are taken as final; pass target_logits to apply "
+                         "a temperature")
+    if not f_ok:
+        raise ValueError("top_k, top_p and min_p must be off with target_probs (the "
+                         "probabilities are taken as final); pass target_logits instead")
+
+
+def _run_verify(a: Canonical, backend: str, forced_num_accepted=None):
+    """``specops::verify`` on canonical arguments (the backend directly when eager)."""
+    if _eager_direct():
+        kw = {} if forced_num_accepted is None else {"forced_num_accepted": forced_num_accepted}
+        return registry.load(backend).verify(*a, **kw)
+    return verify_op(*a, backend, forced_num_accepted)
 
 
 def verify_block(target_logits=None, draft_token_ids=None, draft_probs=None, *,
                  target_probs=None, draft_logits=None, temperature=1.0, top_k=0, top_p=1.0,
                  min_p=0.0, num_draft_tokens=None, cu_num_draft_tokens=None, seed=None,
-                 offset=None, generator=None, backend="auto") -> VerifyOutput:
+                 offset=None, generator=None, max_num_draft_tokens=None,
+                 backend="auto") -> VerifyOutput:
     """Verify a batch of speculative blocks exactly (see ``specops.reference`` for the spec).
 
     Padded layout: ``target_logits`` [B, K+1, V] (float32/bfloat16/float16, read in place)
     or ``target_probs`` [B, K+1, V] float32 (final probabilities), ``draft_token_ids`` [B, K],
     ``draft_probs`` [B, K, V] float32 or ``draft_logits`` [B, K, V] or neither (point-mass
     drafts), optional ``num_draft_tokens`` [B] (ragged blocks).  Flattened (vLLM) layout:
-    target [T + B, V], ``draft_token_ids`` [T], draft [T, V], ``cu_num_draft_tokens`` [B].
+    target [T + B, V], ``draft_token_ids`` [T], draft [T, V], ``cu_num_draft_tokens`` [B],
+    optional ``max_num_draft_tokens`` (int: the output width is its value + 1 instead of the
+    longest block + 1, read without looking at ``cu_num_draft_tokens``; required under
+    ``torch.compile`` and CUDA-graph capture).
 
-    ``temperature`` (0 = greedy), ``top_k`` (0 = off), ``top_p`` (1 = off), ``min_p``
-    (0 = off), ``seed`` and ``offset``: Python scalars or [B] tensors.  Without ``seed``, one
-    int64 seed per request is drawn from ``generator`` (or torch's default generator) and the
-    offset defaults to 0.  ``backend``: "auto", "reference", "cpu" or "triton".
+    ``temperature`` (0 = greedy; below 1e-5 counts as greedy), ``top_k`` (0 = off), ``top_p``
+    (1 = off), ``min_p`` (0 = off), ``seed`` and ``offset``: Python scalars or [B] tensors.
+    Without ``seed``, one int64 seed per request is drawn from ``generator`` (or torch's
+    default generator) and the offset defaults to 0.  ``backend``: "auto", "reference",
+    "cpu" or "triton".
     """
     args = _prepare(target_logits, draft_token_ids, draft_probs, target_probs, draft_logits,
                     temperature, top_k, top_p, min_p, num_draft_tokens, cu_num_draft_tokens,
-                    seed, offset, generator)
-    name = registry.resolve(backend, args["target"].device)
-    return VerifyOutput(*verify_op(**args, backend=name))
+                    seed, offset, generator, max_num_draft_tokens)
+    name = registry.resolve(backend, args.target.device)
+    return VerifyOutput(*_run_verify(args, name))
 
 
 def verify_block_unfused(target_logits=None, draft_token_ids=None, draft_probs=None, *,
                          backend="auto", **kwargs) -> VerifyOutput:
-    """``verify_block`` composed from the three single-purpose ops (sampling_probs, accept,
-    residual_sample), materialising probabilities.  Same arguments, same tokens as the fused
-    op; kept for engines that already hold probabilities and as a cross-check in the tests."""
+    """``verify_block`` composed from the single-purpose steps (sampling_probs, then the
+    accept and residual-sample views), materialising probabilities.  Same arguments, same
+    tokens as the fused op on every input (reference section 7); kept for engines that
+    already hold probabilities and as a cross-check in the tests."""
     a = _prepare(target_logits, draft_token_ids, draft_probs, **kwargs)
-    name = registry.resolve(backend, a["target"].device)
-    B, max_k = a["num_draft"].shape[0], a["max_k"]
-    dev = a["target"].device
-    greedy = a["inv_temp"] == 0
+    name = registry.resolve(backend, a.target.device)
+    B, max_k = a.num_draft.shape[0], a.max_k
+    dev = a.target.device
+    greedy = a.inv_temp == 0
 
     def probs(rows, row_start):
-        """The transform of each row with its own request's parameters."""
+        """The transform of each row with its own request's parameters; an invalid row
+        becomes NaN, which the accept test rejects and the draw reports invalid."""
         rows_of = _rows_to_request(row_start, rows.shape[0], dev)
-        params = [a[k][rows_of] for k in ("inv_temp", "top_k", "top_p", "min_p")]
-        return sampling_probs_op(rows, *params, backend=name)
+        params = [t[rows_of] for t in (a.inv_temp, a.top_k, a.top_p, a.min_p)]
+        p, ok = sampling_probs_op(rows, *params, backend=name)
+        return torch.where(ok[:, None], p, torch.full_like(p, float("nan")))
 
-    target, draft = a["target"], a["draft"]
-    if not a["target_is_probs"]:
-        target, _ = probs(target, a["target_row_start"])
-    if draft is not None and not a["draft_is_probs"]:
-        q, qvalid = probs(draft, a["draft_row_start"])
-        draft = torch.where(qvalid[:, None], q, torch.full_like(q, float("nan")))   # q = NaN
-    common = (a["target_row_start"], a["draft_ids"], a["draft_row_start"], a["num_draft"],
-              draft, greedy, a["seed"], a["offset"])
+    target = a.target if a.target_is_probs else probs(a.target, a.target_row_start)
+    draft = a.draft
+    if draft is not None and not a.draft_is_probs:
+        draft = probs(draft, a.draft_row_start)                        # invalid row: q = NaN
+    common = (a.target_row_start, a.draft_ids, a.draft_row_start, a.num_draft, draft, greedy,
+              a.seed, a.offset)
     nacc = accept_op(target, *common, max_k, backend=name)
     tok = residual_sample_op(target, *common, nacc, max_k, backend=name)
     j = torch.arange(max_k + 1, device=dev)
     ids_pad = torch.full((B, max_k + 1), -1, dtype=torch.int64, device=dev)
-    if max_k > 0:
-        gather = (a["draft_row_start"][:, None] + j[None, :max_k]).clamp(
-            max=max(a["draft_ids"].shape[0] - 1, 0))
-        if a["draft_ids"].numel() > 0:
-            ids_pad[:, :max_k] = a["draft_ids"][gather]
+    if max_k > 0 and a.draft_ids.numel() > 0:
+        gather = (a.draft_row_start[:, None] + j[None, :max_k]).clamp(
+            max=a.draft_ids.shape[0] - 1)
+        ids_pad[:, :max_k] = a.draft_ids[gather]
     out = torch.where(j[None] < nacc[:, None].long(), ids_pad, torch.full_like(ids_pad, -1))
     out = torch.where(j[None] == nacc[:, None].long(), tok[:, None].long(), out)
     return VerifyOutput(out.to(torch.int32), nacc, tok >= 0)
@@ -323,17 +513,17 @@ def _rows_to_request(row_start, nrows, device):
     """Map each row of a flattened tensor to its request (rows before request 0's start and
     rows shared by no request map to the nearest request below; they are never read)."""
     rows = torch.arange(nrows, device=device)
-    return (torch.searchsorted(row_start, rows, right=True) - 1).clamp(min=0)
+    return (torch.searchsorted(row_start.contiguous(), rows, right=True) - 1).clamp(min=0)
 
 
 def sampling_probs(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, backend="auto"):
     """Probabilities after the sampling transform (specops.reference, section 2) for rows of
-    logits [..., V]; per-row parameters are scalars or tensors of shape [...].
-    Returns (probs float32 [..., V], valid bool [...])."""
+    logits [..., V] (1 <= V <= 2**22); per-row parameters are scalars or tensors of shape
+    [...].  Returns (probs float32 [..., V], valid bool [...])."""
     _check_tensor("logits", logits, LOGIT_DTYPES)
-    if logits.dim() < 1 or logits.shape[-1] < 1:
-        raise ValueError(f"logits must have a vocabulary dimension V >= 1, got shape "
-                         f"{tuple(logits.shape)}")
+    if logits.dim() < 1 or not 1 <= logits.shape[-1] <= _ref.MAX_VOCAB:
+        raise ValueError(f"logits must have a vocabulary dimension V in [1, {_ref.MAX_VOCAB}], "
+                         f"got shape {tuple(logits.shape)}")
     lead = logits.shape[:-1]
     rows = logits.reshape(-1, logits.shape[-1])
     if rows.stride(-1) != 1:

@@ -671,5 +671,5 @@ def plot_report(r: dict, path: str) -> None:
     ax2.set_title(f"cost c = {r['knobs']['cost']:g}, mean alpha = {s['alpha_mean']:.3f}")
     ax2.legend(fontsize=8)
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
+    fig.savefig(path, dpi=110, format="png")
     plt.close(fig)

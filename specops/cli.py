@@ -12,8 +12,25 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from typing import List, Optional
+
+
+def _plot_path_error(path: str) -> Optional[str]:
+    """Why `path` cannot take the PNG (checked before the audit runs), or None."""
+    if not path:
+        return "--plot needs a file name ending in .png"
+    if os.path.isdir(path):
+        return f"--plot {path!r} is a directory; give a file name ending in .png"
+    if not path.lower().endswith(".png"):
+        return f"--plot writes a PNG image: the file name must end in .png, got {path!r}"
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        return f"--plot: the directory {parent!r} does not exist"
+    if not os.access(parent, os.W_OK):
+        return f"--plot: the directory {parent!r} is not writable"
+    return None
 
 
 def _audit(args) -> int:
@@ -32,7 +49,11 @@ def _audit(args) -> int:
               + ("; on CPU tensors triton needs TRITON_INTERPRET=1 set before it is imported"
                  if args.backend == "triton" else ""), file=sys.stderr)
         return 2
-    if args.plot:
+    if args.plot is not None:
+        problem = _plot_path_error(args.plot)
+        if problem:
+            print(f"specops audit: error: {problem}", file=sys.stderr)
+            return 2
         try:
             import matplotlib  # noqa: F401  (fail before the audit runs, not after)
         except ImportError:
@@ -40,9 +61,10 @@ def _audit(args) -> int:
                   "(pip install matplotlib)", file=sys.stderr)
             return 2
     report = audit.run_audit(knobs, backend=args.backend, grid=not args.no_grid)
-    if args.plot:
+    plot_path = os.path.abspath(args.plot) if args.plot else None
+    if plot_path:
         try:
-            audit.plot_report(report, args.plot)
+            audit.plot_report(report, plot_path)
         except (RuntimeError, OSError) as exc:
             print(f"specops audit: error: {exc}", file=sys.stderr)
             return 2
@@ -50,8 +72,8 @@ def _audit(args) -> int:
         print(json.dumps(report, allow_nan=False))
     else:
         print(audit.format_report(report))
-        if args.plot:
-            print(f"plot written to {args.plot}")
+        if plot_path:
+            print(f"plot written to {plot_path}")
     return 0 if report["summary"]["all_passed"] else 1
 
 

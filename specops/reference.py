@@ -2,8 +2,10 @@
 
 Every backend (this module, the C++ path ``specops._C``, the Triton path
 ``specops.triton_kernels``) implements exactly what is written here, and the tests hold them
-to it token for token.  Where ``shared/DESIGN.md`` is silent or ambiguous, the reading chosen
-is written down here (marked *Reading*).
+to it three ways: the exact output law by enumeration (``exact_output_law``), token-for-token
+agreement of every backend with this module, and calibrated statistical tests whose negative
+controls (``verify_rows_ref(_variant=...)``) must fail.  This docstring is self-contained: it
+is the whole contract.  Choices the original design left open are marked *Reading*.
 
 1. The job
 ----------
@@ -26,10 +28,13 @@ Output row b: accepted drafts, then the correction/bonus token, then ``-1``;
 so accept iff ``u_j < p_j(y_j)`` and the residual is ``p_j`` with ``y_j`` zeroed (this is
 literally the formula above with a one-hot q, so every backend may skip reading q).
 
-*Greedy requests* (temperature 0): ``p_j`` is one-hot at the lowest-index argmax. Accept iff
+*Greedy requests* (temperature 0, or below ``GREEDY_TEMPERATURE = 1e-5``): ``p_j`` is
+one-hot at the lowest-index argmax. Accept iff
 ``y_j == argmax``; the correction and the bonus are the argmax. No random number is used (the
 output does not depend on seed or offset, and no seed is drawn from a generator for an
 all-greedy batch).  With ``target_probs`` the argmax is taken over the given probabilities.
+(*Reading*: a positive temperature below 1e-5 (compared in float32) is greedy, as in vLLM;
+without it a tiny T such as 1e-45 would overflow ``1/T`` and turn every row invalid.)
 
 *Ragged blocks* (Reading): the effective block length of request b is
 ``min(num_draft_tokens[b], index of the first draft id that is < 0 or >= V)``.  A ``-1`` at
@@ -45,12 +50,14 @@ For a row of logits ``l`` (any float dtype, upcast to float32 exactly) and per-r
 parameters:
 
 1. ``x = l * inv_t`` in float32, where ``inv_t = float32(1.0 / float64(float32(T)))`` is
-   computed once on the host (no division on the device).
+   computed once on the host (no division on the device); ``inv_t = 0`` marks a greedy
+   request (``float32(T) < float32(1e-5)``).
 2. top-k (``0 < k < V``): ``thr`` = the k-th largest ``x``; keep ``x >= thr`` (ties kept).
 3. ``m = max x``; ``e = pexp(x - m)`` for kept tokens, ``0`` for masked ones. ``pexp`` is the
    portable exp below, so ``e`` is bit-identical everywhere; the argmax token has ``e = 1``.
 4. Integer masses ``E = trunc(e * 2**40)`` (int64; the product is exact) and ``S = sum E``
-   (integer sums do not depend on order; ``V <= 2**22`` keeps it below 2**63).
+   (integer sums do not depend on order; ``V <= MAX_VOCAB = 2**22`` keeps it below 2**63:
+   every public entry point, ``sampling_probs`` included, rejects a larger V).
 5. top-p (``top_p < 1``): ``tau`` = the largest value among the ``e`` such that
    ``float64(sum of E over tokens with e >= tau) >= float64(top_p) * float64(S)``;
    keep ``e >= tau`` (ties kept).  This is "the smallest set of highest-probability tokens
@@ -128,18 +135,44 @@ invalid (cannot happen for a valid row).
   ``exact_output_law`` uses ``min(1, p/q)`` (the algorithm) and the implemented
   residual/bonus weights ``W / S`` (exact integers).
 
+7. The one walk, the flattened layout and the forced mode
+---------------------------------------------------------
+Every backend implements ``verify_rows_ref``: the canonical, flattened arguments (request b's
+target row j is ``target[target_row_start[b] + j]``, its draft id and draft row j are at
+``draft_row_start[b] + j``; per-request [B] parameters; output width ``max_k + 1``).  A backend
+reads no row outside the tensors it was given, whatever the row starts say: a row index
+outside ``[0, N)`` (target) or ``[0, T)`` (draft) makes that request invalid.
+
+The single-purpose steps are views over this walk, not separate implementations:
+
+* *accept*: ``num_accepted`` of the walk on final probabilities (``target_is_probs``,
+  ``draft_is_probs``, ``inv_t`` 0 for greedy rows and 1 otherwise, no filters).
+* *residual sample* (**forced mode**, ``forced_num_accepted = a`` [B]): for request b with
+  effective block length kb, ``a[b] < 0`` makes the request invalid (row all ``-1``,
+  ``num_accepted = 0``, ``valid = False``).  Otherwise ``j* = min(a[b], kb)``; positions
+  ``j < j*`` are taken as accepted without reading their target or draft rows (their ids are
+  emitted), ``num_accepted = j*``, and position ``j*`` is sampled with no accept test: the
+  rejection draw of section 1 if ``j* < kb``, the bonus / end-of-block draw if ``j* == kb``
+  (stream tag 1 at position ``j*``; greedy: the argmax), with the validity rules of section 3
+  for the sampled row.
+* *sampling_probs*: the transform of section 2 applied to every row (``sampling_probs_ref``).
+
+``verify_block_unfused`` composes them (sampling_probs, then the accept and residual views on
+the probabilities); an invalid target row is passed on as a row of NaN, which the accept test
+rejects and the draw reports invalid, so the composition equals the fused walk on every input.
+
 The reference itself is written for clarity (a loop over requests, numpy per row); it is the
 oracle, not a fast path.
 """
 from __future__ import annotations
 
 import itertools
-from dataclasses import dataclass
-from typing import Callable, Optional, Sequence, Union
+from typing import Callable, Optional
 
 import numpy as np
 
 # ----------------------------------------------------------------------------- constants
+GREEDY_TEMPERATURE = np.float32(1e-5)   # float32(T) below this: greedy (section 1)
 E_SCALE_BITS = 40          # integer masses of e in the transform
 W_SCALE_BITS = 60          # integer weights of the inverse-CDF draw
 P_CHECK_BITS = 32          # coarse mass check of probability rows
@@ -227,10 +260,12 @@ def pexp(d) -> np.ndarray:
 
 
 def inv_temperature(temperature) -> np.ndarray:
-    """Host-side 1/T: float32(1 / float64(float32(T))); 0 for greedy (T == 0)."""
-    t = np.asarray(temperature, dtype=np.float32).astype(np.float64)
+    """Host-side 1/T: float32(1 / float64(float32(T))); 0 for greedy (T < 1e-5)."""
+    t32 = np.asarray(temperature, dtype=np.float32)
+    hot = t32 >= GREEDY_TEMPERATURE
+    t = t32.astype(np.float64)
     with np.errstate(divide="ignore"):
-        inv = np.where(t > 0, 1.0 / np.where(t > 0, t, 1.0), 0.0)
+        inv = np.where(hot, 1.0 / np.where(hot, t, 1.0), 0.0)
     return inv.astype(np.float32)
 
 
@@ -333,35 +368,29 @@ def draw_from(r, p, U) -> int:
     return draw_index(W, U)
 
 
-# ----------------------------------------------------------------------------- canonical core
-@dataclass
-class VerifyResult:
-    """Output of a verify call: token_ids [B, K+1] int32 (-1 padded), num_accepted [B] int32,
-    valid [B] bool (False where a target row read by the verifier was invalid)."""
-    token_ids: object
-    num_accepted: object
-    valid: object
-
-    def __iter__(self):
-        return iter((self.token_ids, self.num_accepted, self.valid))
-
-
-def _block_length(ids_b: np.ndarray, kb: int, V: int) -> int:
-    for j in range(kb):
-        if not 0 <= int(ids_b[j]) < V:
-            return j
-    return kb
+# ----------------------------------------------------------------------------- the walk
+def _block_length(draft_ids: np.ndarray, d0: int, kmax: int, V: int, n_rows: int):
+    """(kb, oob): the effective block length min(num_draft, max_k), cut at the first id
+    outside [0, V); ``oob`` if the cut is a draft index outside [0, n_rows) (the request is
+    then invalid at kb: that row does not exist)."""
+    for j in range(max(kmax, 0)):
+        if not 0 <= d0 + j < n_rows:
+            return j, True
+        if not 0 <= int(draft_ids[d0 + j]) < V:
+            return j, False
+    return max(kmax, 0), False
 
 
 def verify_rows_ref(target, target_is_probs, target_row_start, draft_ids, draft_row_start,
                     num_draft, draft, draft_is_probs, inv_temp, top_k, top_p, min_p,
-                    seed, offset, max_k, _variant: str = "exact"):
-    """The canonical verifier every backend implements (flattened layout).
+                    seed, offset, max_k, forced_num_accepted=None, _variant: str = "exact"):
+    """The one verification walk every backend implements (flattened layout, section 7).
 
     target [N, V] (float logits or float32 probs), request b's row j is
     ``target[target_row_start[b] + j]``; draft ids ``draft_ids[draft_row_start[b] + j]`` and
     the draft row ``draft[draft_row_start[b] + j]`` (probs or logits, or None for point-mass
-    drafts); per-request [B] arrays for everything else.  Returns numpy
+    drafts); per-request [B] arrays for everything else.  ``forced_num_accepted`` [B] (or
+    None) selects the forced mode of section 7.  Returns numpy
     (token_ids [B, max_k + 1] int32, num_accepted [B] int32, valid [B] bool).
 
     ``_variant`` selects the negative controls the statistical tests must reject:
@@ -373,99 +402,108 @@ def verify_rows_ref(target, target_is_probs, target_row_start, draft_ids, draft_
     B = len(num_draft)
     out = np.full((B, max_k + 1), -1, dtype=np.int32)
     nacc = np.zeros(B, dtype=np.int32)
-    valid = np.ones(B, dtype=bool)
+    valid = np.zeros(B, dtype=bool)
     draft_ids = np.asarray(draft_ids).reshape(-1)
+    n_draft_rows = draft_ids.size if draft is None else min(draft_ids.size, len(draft))
     for b in range(B):
         t0, d0 = int(target_row_start[b]), int(draft_row_start[b])
-        ids_b = draft_ids[d0:d0 + int(num_draft[b])]
-        kb = _block_length(ids_b, min(int(num_draft[b]), max_k), V)
+        kb, oob = _block_length(draft_ids, d0, min(int(num_draft[b]), max_k), V, n_draft_rows)
+        ids_b = draft_ids[d0:d0 + kb] if kb else draft_ids[:0]
         greedy = np.float32(inv_temp[b]) == 0
         sd, off = int(seed[b]), int(offset[b])
+        params = (inv_temp[b], top_k[b], top_p[b], min_p[b])
 
         def target_p(j):
+            """p_j, or None if the row is invalid (section 3) or outside the tensor."""
+            if not 0 <= t0 + j < len(target):
+                return None
             row = target[t0 + j]
-            if target_is_probs:
-                row = row.astype(np.float32)
-                if not probs_row_valid(row):
-                    return None
-                if greedy:
-                    onehot = np.zeros(V, dtype=np.float32)
-                    onehot[argmax_row(row)] = 1
-                    return onehot
-                return row
-            p, ok = transform_row(row, inv_temp[b], top_k[b], top_p[b], min_p[b])
-            return p if ok else None
+            if not target_is_probs:
+                p, ok = transform_row(row, *params)
+                return p if ok else None
+            row = row.astype(np.float32)
+            if not probs_row_valid(row):
+                return None
+            if greedy:
+                onehot = np.zeros(V, dtype=np.float32)
+                onehot[argmax_row(row)] = 1
+                return onehot
+            return row
 
         def draft_q(j):
+            """q_j (float32 [V]), NaN everywhere for an invalid draft-logits row, or None
+            for point-mass drafts."""
             if draft is None:
                 return None
             row = np.asarray(draft[d0 + j])
             if draft_is_probs:
                 return row.astype(np.float32)
-            q, ok = transform_row(row, inv_temp[b], top_k[b], top_p[b], min_p[b])
+            q, ok = transform_row(row, *params)
             return q if ok else np.full(V, np.nan, dtype=np.float32)
 
-        j, emitted = 0, None
-        while True:
-            if j == kb:                                   # bonus / end of block: draw from p
-                p = target_p(j)
-                if p is None:
-                    valid[b] = False
-                    break
-                if greedy:
-                    emitted = argmax_row(p)
-                else:
-                    emitted = draw_index(integer_weights(p), sample_uniform64(sd, off, j))
-                break
-            y = int(ids_b[j])
+        def accepted_at(j, y):
+            """(accepted, p_j or None, row_ok) of the accept test at position j."""
             if target_is_probs and not greedy:
-                p_y = np.float32(target[t0 + j][y])       # accept test reads p_j(y_j) only
-                p = None
+                if not 0 <= t0 + j < len(target):
+                    return False, None, False
+                p, p_y = None, np.float32(target[t0 + j][y])   # reads p_j(y_j) only
             else:
                 p = target_p(j)
                 if p is None:
-                    valid[b] = False
-                    break
+                    return False, None, False
                 p_y = p[y]
+            if greedy:
+                return y == argmax_row(p), p, True
+            if _variant == "always_accept":
+                return True, p, True
             q = draft_q(j)
             q_y = np.float32(1.0) if q is None else q[y]
+            return bool(accept_uniform(sd, off, j) * np.float64(q_y) < np.float64(p_y)), p, True
+
+        def sample_at(j, p):
+            """The token of the sampled position j: the residual draw after a rejection
+            (j < kb), the bonus / end-of-block draw (j == kb); -1 if nothing can be drawn."""
             if greedy:
-                accepted = y == argmax_row(p)
-            elif _variant == "always_accept":
-                accepted = True
-            else:
-                u = accept_uniform(sd, off, j)
-                accepted = bool(u * np.float64(q_y) < np.float64(p_y))
-            if accepted:
-                out[b, j] = y
-                j += 1
-                continue
-            if p is None:
-                p = target_p(j)
-                if p is None:
-                    valid[b] = False
+                return argmax_row(p)
+            U = sample_uniform64(sd, off, j)
+            if j == kb:
+                return draw_index(integer_weights(p), U)
+            if _variant == "reused_uniform":
+                w0, w1 = stream_words(sd, off, j, TAG_ACCEPT)[:2]
+                U = (int(w0) << 32) | int(w1)
+            r = p if _variant == "wrong_fallback" else residual_row(p, draft_q(j), int(ids_b[j]))
+            return draw_from(r, p, U)
+
+        if forced_num_accepted is None:
+            j, p, row_ok = 0, None, True
+            while j < kb:
+                ok, p, row_ok = accepted_at(j, int(ids_b[j]))
+                if not ok:
                     break
-            if greedy:
-                emitted = argmax_row(p)
-            else:
-                U = sample_uniform64(sd, off, j)
-                if _variant == "reused_uniform":
-                    w0, w1 = stream_words(sd, off, j, TAG_ACCEPT)[:2]
-                    U = (int(w0) << 32) | int(w1)
-                r = p if _variant == "wrong_fallback" else residual_row(p, q, y)
-                emitted = draw_from(r, p, U)
-            break
-        nacc[b] = j
-        if emitted is None or emitted < 0:
-            valid[b] = False
+                out[b, j] = ids_b[j]
+                j, p = j + 1, None
         else:
+            a = int(forced_num_accepted[b])
+            if a < 0:
+                continue                                  # invalid request: nothing emitted
+            j, p, row_ok = min(a, kb), None, True
+            out[b, :j] = ids_b[:j]
+        nacc[b] = j
+        if oob and j == kb:
+            continue                                      # the draft row does not exist
+        if row_ok and p is None:
+            p = target_p(j)
+        if not row_ok or p is None:
+            continue                                      # invalid row at j: -1 from j on
+        emitted = sample_at(j, p)
+        if 0 <= emitted < V:
             out[b, j] = emitted
+            valid[b] = True
     return out, nacc, valid
 
 
-# ----------------------------------------------------------------------------- the three ops
 def sampling_probs_ref(logits, inv_temp, top_k, top_p, min_p):
-    """Op 1: rows of logits [N, V] + per-row params -> (probs [N, V] float32, valid [N])."""
+    """Rows of logits [N, V] + per-row params -> (probs [N, V] float32, valid [N])."""
     logits = np.asarray(logits)
     N, V = logits.shape
     probs = np.zeros((N, V), dtype=np.float32)
@@ -473,76 +511,6 @@ def sampling_probs_ref(logits, inv_temp, top_k, top_p, min_p):
     for i in range(N):
         probs[i], valid[i] = transform_row(logits[i], inv_temp[i], top_k[i], top_p[i], min_p[i])
     return probs, valid
-
-
-def accept_ref(target_probs, target_row_start, draft_ids, draft_row_start, num_draft,
-               draft_probs, greedy, seed, offset, max_k):
-    """Op 2: the accept walk over blocks of probabilities -> num_accepted [B] int32.
-
-    Greedy requests accept iff the draft is the row's lowest-index argmax."""
-    P = np.asarray(target_probs, dtype=np.float32)
-    V = P.shape[-1]
-    ids = np.asarray(draft_ids).reshape(-1)
-    B = len(num_draft)
-    nacc = np.zeros(B, dtype=np.int32)
-    for b in range(B):
-        t0, d0 = int(target_row_start[b]), int(draft_row_start[b])
-        kb = _block_length(ids[d0:d0 + int(num_draft[b])], min(int(num_draft[b]), max_k), V)
-        j = 0
-        while j < kb:
-            y = int(ids[d0 + j])
-            if greedy[b]:
-                ok = probs_row_valid(P[t0 + j]) and argmax_row(P[t0 + j]) == y
-            else:
-                q_y = 1.0 if draft_probs is None else np.float64(np.float32(draft_probs[d0 + j][y]))
-                ok = accept_uniform(seed[b], offset[b], j) * q_y < np.float64(P[t0 + j][y])
-            if not ok:
-                break
-            j += 1
-        nacc[b] = j
-    return nacc
-
-
-def residual_sample_ref(target_probs, target_row_start, draft_ids, draft_row_start, num_draft,
-                        draft_probs, greedy, seed, offset, num_accepted, max_k):
-    """Op 3: residual (or bonus) normalisation + integer inverse-CDF draw at row
-    j* = num_accepted[b] -> token [B] int32 (-1 where the row is invalid)."""
-    P = np.asarray(target_probs, dtype=np.float32)
-    V = P.shape[-1]
-    ids = np.asarray(draft_ids).reshape(-1)
-    B = len(num_draft)
-    tok = np.full(B, -1, dtype=np.int32)
-    for b in range(B):
-        t0, d0 = int(target_row_start[b]), int(draft_row_start[b])
-        kb = _block_length(ids[d0:d0 + int(num_draft[b])], min(int(num_draft[b]), max_k), V)
-        j = min(int(num_accepted[b]), kb)
-        p = P[t0 + j]
-        if not probs_row_valid(p):
-            continue
-        if greedy[b]:
-            tok[b] = argmax_row(p)
-            continue
-        U = sample_uniform64(seed[b], offset[b], j)
-        if j == kb:
-            tok[b] = draw_index(integer_weights(p), U)
-        else:
-            q = None if draft_probs is None else draft_probs[d0 + j]
-            tok[b] = draw_from(residual_row(p, q, int(ids[d0 + j])), p, U)
-    return tok
-
-
-# ----------------------------------------------------------------------------- public mirror
-def verify_block_ref(target_logits=None, draft_token_ids=None, draft_probs=None, *,
-                     target_probs=None, draft_logits=None, temperature=1.0, top_k=0,
-                     top_p=1.0, min_p=0.0, num_draft_tokens=None, cu_num_draft_tokens=None,
-                     seed=None, offset=None, generator=None):
-    """Same signature and outputs as ``specops.verify_block``, computed by this module."""
-    from specops.api import verify_block
-    return verify_block(target_logits, draft_token_ids, draft_probs, target_probs=target_probs,
-                        draft_logits=draft_logits, temperature=temperature, top_k=top_k,
-                        top_p=top_p, min_p=min_p, num_draft_tokens=num_draft_tokens,
-                        cu_num_draft_tokens=cu_num_draft_tokens, seed=seed, offset=offset,
-                        generator=generator, backend="reference")
 
 
 # ----------------------------------------------------------------------------- exact law

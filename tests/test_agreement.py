@@ -1,4 +1,5 @@
-"""Every backend equals specops.reference token for token (DESIGN.md section 4.2).
+"""Every backend equals specops.reference token for token (the second of the
+three checks in specops.reference's docstring).
 
 From probabilities and from logits alike: the transform is defined with correctly rounded
 float32/float64 operations, integer sums and a fixed polynomial exp, so the C++ path and the

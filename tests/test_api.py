@@ -75,6 +75,17 @@ BAD = [
     ("seed and generator", lambda k: k.update(generator=torch.Generator()), ValueError,
      "generator"),
     ("seed float tensor", lambda k: k.update(seed=torch.tensor([0.5, 1.0])), TypeError, "seed"),
+    ("generator str", lambda k: k.update(seed=None, generator="gen"), TypeError, "generator"),
+    ("generator str, all greedy", lambda k: k.update(seed=None, generator="gen", temperature=0),
+     TypeError, "generator"),
+    ("target on meta", lambda k: k.update(target_logits=k["target_logits"].to("meta")),
+     ValueError, "target_logits"),
+    ("draft probs on meta", lambda k: k.update(draft_probs=k["draft_probs"].to("meta")),
+     ValueError, "draft_probs"),
+    ("temperature on meta", lambda k: k.update(temperature=torch.ones(2, device="meta")),
+     ValueError, "temperature"),
+    ("max_num_draft_tokens with padded", lambda k: k.update(max_num_draft_tokens=3), ValueError,
+     "max_num_draft_tokens"),
     ("probs with temperature", lambda k: k.update(
         target_probs=torch.softmax(k.pop("target_logits"), -1), temperature=0.7), ValueError,
      "temperature"),
@@ -103,6 +114,14 @@ FLAT_BAD = [
     ("draft rows != T", lambda k: k.update(draft_probs=k["draft_probs"][:-1]), "draft_probs"),
     ("num_draft with flat", lambda k: k.update(num_draft_tokens=torch.tensor([1, 2])),
      "num_draft_tokens"),
+    ("empty cu with drafts", lambda k: k.update(  # defect E: the drafts were ignored
+        cu_num_draft_tokens=torch.zeros(0, dtype=torch.long),
+        target_logits=k["target_logits"][:2], draft_token_ids=k["draft_token_ids"][:2],
+        draft_probs=k["draft_probs"][:2]), "cu_num_draft_tokens"),
+    ("max_num_draft_tokens too small", lambda k: k.update(max_num_draft_tokens=1),
+     "max_num_draft_tokens"),
+    ("max_num_draft_tokens negative", lambda k: k.update(max_num_draft_tokens=-1),
+     "max_num_draft_tokens"),
 ]
 
 
@@ -284,20 +303,17 @@ def _canonical(kind="full", V=23, K=3):
 
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_opcheck_every_op(backend):
-    from specops.ops import accept_op, residual_sample_op, sampling_probs_op, verify_op
+    """The two registered ops, the walk's forced mode included; accept and residual_sample
+    are views over verify (specops/ops/), not ops of their own."""
+    from specops.ops import sampling_probs_op, verify_op
     a = _canonical("mixed")
-    torch.library.opcheck(verify_op, (), {**a, "backend": backend})
-    B = a["num_draft"].shape[0]
-    rows = api._rows_to_request(a["target_row_start"], a["target"].shape[0], torch.device("cpu"))
-    params = [a[k][rows] for k in ("inv_temp", "top_k", "top_p", "min_p")]
-    torch.library.opcheck(sampling_probs_op, (a["target"], *params, backend))
-    probs, _ = sampling_probs_op(a["target"], *params, backend=backend)
-    common = (a["target_row_start"], a["draft_ids"], a["draft_row_start"], a["num_draft"],
-              a["draft"], a["inv_temp"] == 0, a["seed"], a["offset"])
-    torch.library.opcheck(accept_op, (probs, *common, a["max_k"], backend))
-    nacc = accept_op(probs, *common, a["max_k"], backend=backend)
-    torch.library.opcheck(residual_sample_op, (probs, *common, nacc, a["max_k"], backend))
-    assert nacc.shape == (B,)
+    torch.library.opcheck(verify_op, (*a, backend))
+    B = a.num_draft.shape[0]
+    forced = torch.tensor([0, 1, 3, -1, 2][:B], dtype=torch.int32)
+    torch.library.opcheck(verify_op, (*a, backend, forced))
+    rows = api._rows_to_request(a.target_row_start, a.target.shape[0], torch.device("cpu"))
+    params = [t[rows] for t in (a.inv_temp, a.top_k, a.top_p, a.min_p)]
+    torch.library.opcheck(sampling_probs_op, (a.target, *params, backend))
 
 
 def test_torch_compile_fullgraph():

@@ -1,7 +1,17 @@
 """The C++ CPU backend (specops._C / specops.backends.cpu) against the numpy reference.
 
 Everything here is bitwise: Philox words, pexp bits, probabilities (torch.equal) and token ids.
+The agreement tests run at every ISA level of the native passes this CPU supports
+(``_C.available_isas()``: scalar, and SSE2 / AVX2 on x86), switched in-process with
+``_C.set_isa``; ``SPECOPS_CPU_ISA`` (the same switch from the environment) is tested in a
+subprocess.
 """
+import inspect
+import os
+import subprocess
+import sys
+import zlib
+
 import numpy as np
 import pytest
 import torch
@@ -14,19 +24,29 @@ _C = pytest.importorskip(
 from specops import reference as R  # noqa: E402
 from specops.backends import cpu  # noqa: E402
 from specops.backends import reference as ref  # noqa: E402
-
-try:  # the suite-wide row counter (tests/conftest.py), if present
-    from conftest import count_rows as _count_rows
-except Exception:  # pragma: no cover
-    _count_rows = None
+from tests.conftest import count_rows  # noqa: E402
 
 ROWS = {}
+ISAS = _C.available_isas()
 
 
 def count(key, n):
     ROWS[key] = ROWS.get(key, 0) + int(n)
-    if _count_rows is not None:
-        _count_rows("cpu_native/" + key, n)
+    count_rows("cpu_native/" + key, n)
+
+
+def seed_of(*parts) -> int:
+    """A fixed seed from test parameters (zlib.crc32 of their repr: no per-process hash)."""
+    return zlib.crc32(repr(parts).encode())
+
+
+@pytest.fixture(params=ISAS)
+def isa(request):
+    """Runs the test at one ISA level of the native passes, then restores the default."""
+    before = _C.isa()
+    _C.set_isa(request.param)
+    yield request.param
+    _C.set_isa(before)
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -79,7 +99,7 @@ def test_philox_matches_reference_random():
 
 
 # ----------------------------------------------------------------------------- pexp
-def test_pexp_bitwise():
+def test_pexp_bitwise(isa):
     rng = np.random.default_rng(2)
     f32 = np.float32
     specials = np.array([-np.inf, np.nan, -0.0, 0.0, -86.0, -85.99999, -86.00001,
@@ -156,7 +176,7 @@ def _params(names, n):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=lambda d: str(d).split(".")[-1])
 @pytest.mark.parametrize("V", [1, 2, 7, 1000, 32000])
-def test_sampling_probs_bitwise(V, dtype):
+def test_sampling_probs_bitwise(V, dtype, isa):
     rng = np.random.default_rng(V * 7 + DTYPES.index(dtype))
     names = list(SETTINGS)
     n = 3 * len(names) if V <= 1000 else len(names)
@@ -171,7 +191,7 @@ def test_sampling_probs_bitwise(V, dtype):
     count("sampling_probs", n)
 
 
-def test_sampling_probs_strided_rows():
+def test_sampling_probs_strided_rows(isa):
     rng = np.random.default_rng(5)
     big = _logit_rows(rng, 12, 300, torch.float32, specials=False)
     view = big[::2, 10:260]                 # row stride 600, unit column stride
@@ -309,16 +329,16 @@ VERIFY_CASES = [
 
 @pytest.mark.parametrize("case", VERIFY_CASES, ids=lambda c: "-".join(
     str(x).split(".")[-1] for x in c))
-def test_verify_bitwise(case):
+def test_verify_bitwise(case, isa):
     V, B, K, dtype, draft_kind, target_kind, greedy_mode, layout = case
-    rng = np.random.default_rng(hash(tuple(map(str, case))) % 2 ** 32)
+    rng = np.random.default_rng(seed_of(*map(str, case)))
     reps = 6 if V <= 1000 else 2
     for _ in range(reps):
         _check_verify(_random_batch(rng, B, K, V, dtype, draft_kind, target_kind, greedy_mode,
                                     layout))
 
 
-def test_verify_random_mix():
+def test_verify_random_mix(isa):
     """Many small random batches over every combination of layout, dtype, draft kind,
     target kind and greedy mix."""
     rng = np.random.default_rng(99)
@@ -331,7 +351,7 @@ def test_verify_random_mix():
             str(rng.choice(["none", "mixed", "all"])), str(rng.choice(["padded", "packed"]))))
 
 
-def test_verify_point_mass_acceptance_is_exercised():
+def test_verify_point_mass_acceptance_is_exercised(isa):
     """Drafts equal to the argmax of a peaked target: most positions accept, some reject."""
     rng = np.random.default_rng(11)
     B, K, V = 32, 6, 100
@@ -348,7 +368,7 @@ def test_verify_point_mass_acceptance_is_exercised():
     assert bool(valid.all())
 
 
-def test_verify_strided_target_and_batch_invariance():
+def test_verify_strided_target_and_batch_invariance(isa):
     rng = np.random.default_rng(12)
     B, K, V = 6, 3, 200
     args = list(_random_batch(rng, B, K, V, torch.float32, "logits", "logits", "none",
@@ -365,33 +385,145 @@ def test_verify_strided_target_and_batch_invariance():
     assert torch.equal(tok[0], full[0][2]) and int(nacc[0]) == int(full[1][2])
 
 
-# ----------------------------------------------------------------------------- the three ops
-@pytest.mark.parametrize("V,draft_kind", [(7, "probs"), (7, "none"), (300, "probs"),
-                                          (300, "none"), (32000, "probs")])
-def test_accept_and_residual_sample_bitwise(V, draft_kind):
-    rng = np.random.default_rng(V + len(draft_kind))
+# ----------------------------------------------------------------------------- forced mode
+def _reference_forced(args, forced):
+    """The reference's forced mode; until specops.reference has it, the emulation of the
+    interface contract: positions j < j* = min(a, kb) keep their drafts, the token at j* is the
+    old ``reference.residual_sample_ref`` on the probabilities of every row (logits rows
+    transformed with their request's parameters; an invalid draft-logits row becomes a zero
+    row, which draws exactly what the NaN row's fallback to p draws), a < 0 is invalid."""
+    if "forced_num_accepted" in inspect.signature(ref.verify).parameters:
+        return ref.verify(*args, forced_num_accepted=forced)
+    (target, is_probs, trs, ids, drs, nd, draft, draft_is_probs, it, tk, tp, mp, seed, offset,
+     max_k) = args
+    B, V = nd.numel(), target.shape[1]
+
+    def probs_of(rows, starts, n_rows):
+        if rows is None:
+            return None
+        if n_rows is None:  # probabilities already
+            return rows.float().numpy()
+        owner = np.zeros(rows.shape[0], dtype=np.int64)
+        for b in range(B):
+            for j in range(n_rows):
+                if 0 <= int(starts[b]) + j < rows.shape[0]:
+                    owner[int(starts[b]) + j] = b
+        per_row = [torch.from_numpy(t.numpy()[owner]) for t in (it, tk, tp, mp)]
+        return ref.sampling_probs(rows, *per_row)[0].numpy()
+
+    P = probs_of(target, trs, None if is_probs else max_k + 1)
+    Q = probs_of(draft, drs, None if draft_is_probs else max_k)
+    a = forced.numpy().astype(np.int64)
+    greedy = it.numpy() == 0
+    tok = R.residual_sample_ref(P, trs.numpy(), ids.numpy(), drs.numpy(), nd.numpy(), Q,
+                                greedy, seed.numpy(), offset.numpy(), np.maximum(a, 0), max_k)
+    out = np.full((B, max_k + 1), -1, dtype=np.int32)
+    nacc = np.zeros(B, dtype=np.int32)
+    valid = np.zeros(B, dtype=bool)
+    for b in range(B):
+        if a[b] < 0:
+            continue
+        d0 = int(drs[b])
+        kb = R._block_length(ids.numpy()[d0:d0 + int(nd[b])], min(int(nd[b]), max_k), V)
+        js = min(int(a[b]), kb)
+        out[b, :js] = ids.numpy()[d0:d0 + js]
+        nacc[b] = js
+        if tok[b] >= 0:
+            out[b, js] = tok[b]
+            valid[b] = True
+    return torch.from_numpy(out), torch.from_numpy(nacc), torch.from_numpy(valid)
+
+
+FORCED_CASES = [
+    # (V, draft_kind, target_kind, greedy_mode, layout)
+    (7, "probs", "probs", "mixed", "packed"),
+    (7, "none", "probs", "mixed", "padded"),
+    (300, "probs", "probs", "none", "packed"),
+    (300, "none", "logits", "mixed", "padded"),
+    (300, "logits", "logits", "mixed", "packed"),
+    (32000, "probs", "probs", "mixed", "padded"),
+    (32000, "logits", "logits", "none", "padded"),
+]
+
+
+@pytest.mark.parametrize("case", FORCED_CASES, ids=lambda c: "-".join(map(str, c)))
+def test_verify_forced_mode_bitwise(case, isa):
+    """verify(..., forced_num_accepted=a): the walk's forced mode (the residual_sample view)
+    against the reference, with a = the plain walk's own num_accepted (the composed ops),
+    random values past the block, and negative values (invalid requests); int32 and int64
+    and an expanded (stride 0) column all read the same."""
+    V, draft_kind, target_kind, greedy_mode, layout = case
+    rng = np.random.default_rng(seed_of(*case))
     B, K = (24, 4) if V < 32000 else (4, 3)
-    for _ in range(3 if V < 32000 else 1):
-        (target, _, trs, ids, drs, nd, draft, _, it, tk, tp, mp, seed, offset,
-         max_k) = _random_batch(rng, B, K, V, torch.float32, draft_kind, "probs", "mixed",
-                                "packed")
-        greedy = it == 0
-        a = cpu.accept(target, trs, ids, drs, nd, draft, greedy, seed, offset, max_k)
-        b = ref.accept(target, trs, ids, drs, nd, draft, greedy, seed, offset, max_k)
-        assert a.dtype == torch.int32 and torch.equal(a, b)
-        for na in (a, torch.from_numpy(rng.integers(0, K + 3, size=B).astype(np.int32))):
-            x = cpu.residual_sample(target, trs, ids, drs, nd, draft, greedy, seed, offset,
-                                    na, max_k)
-            y = ref.residual_sample(target, trs, ids, drs, nd, draft, greedy, seed, offset,
-                                    na, max_k)
-            assert x.dtype == torch.int32 and torch.equal(x, y)
-            assert int(x.min()) >= -1 and int(x.max()) < V
-        count("accept_requests", B)
-        count("residual_sample_requests", 2 * B)
+    for _ in range(2 if V < 32000 else 1):
+        args = _random_batch(rng, B, K, V, torch.float32, draft_kind, target_kind, greedy_mode,
+                             layout)
+        plain = cpu.verify(*args)
+        random_a = torch.from_numpy(rng.integers(-2, K + 3, size=B))
+        for a in (plain[1], random_a, random_a.to(torch.int32)):
+            got = cpu.verify(*args, forced_num_accepted=a)
+            want = _reference_forced(args, a)
+            for x, y, name in zip(got, want, ("token_ids", "num_accepted", "valid")):
+                assert x.dtype == y.dtype and torch.equal(x, y), (name, x, y)
+        # forcing the plain walk's own num_accepted reproduces the plain walk
+        again = cpu.verify(*args, forced_num_accepted=plain[1])
+        assert torch.equal(again[0], plain[0]) and torch.equal(again[1], plain[1])
+        one = cpu.verify(*args, forced_num_accepted=torch.tensor([1]).expand(B))
+        assert torch.equal(one[0], cpu.verify(*args, forced_num_accepted=torch.ones(B,
+                                                  dtype=torch.int64))[0])
+        count("forced_requests", 4 * B)
+
+
+def test_per_request_columns_read_with_their_strides(isa):
+    """Per-request [B] columns with stride 0 (``.expand(B)``), stride 2 and int32 dtype are
+    read in place and give what contiguous int64 / float32 columns give."""
+    rng = np.random.default_rng(31)
+    B, K, V = 6, 3, 40
+    args = list(_random_batch(rng, B, K, V, torch.float32, "logits", "logits", "none",
+                              "padded", specials=False))
+    for i, v in ((8, 0.9), (9, 5), (10, 0.8), (11, 0.0), (14 - 1, 7)):  # scalars, expanded
+        args[i] = torch.tensor([v], dtype=args[i].dtype).expand(B)
+    want = _check_verify(tuple(args))
+    strided = list(args)
+    for i in (2, 4, 5, 12):
+        strided[i] = torch.stack([args[i], args[i] + 99], 1).reshape(-1)[::2]  # stride 2
+        assert strided[i].stride(0) == 2
+    strided[5] = strided[5].to(torch.int32)
+    strided[2] = args[2].to(torch.int32)
+    got = cpu.verify(*strided)
+    for x, y in zip(got, want):
+        assert torch.equal(x, y)
+
+
+def test_bad_views_are_value_errors():
+    """The binding checks every view before the kernels run."""
+    e = torch.zeros(1, dtype=torch.int64)
+    col = (e.data_ptr(), 1, 4)
+    fcol = (torch.ones(1).data_ptr(), 1, 0)
+    t = torch.zeros(2, 5)
+    mat = (t.data_ptr(), 0, 2, 5, 5)
+    out = torch.zeros(8, dtype=torch.int32)
+    good = dict(target=mat, target_is_probs=False, draft=None, draft_is_probs=False,
+                draft_ids=col, num_ids=1,
+                requests=(col, col, col, fcol, col, fcol, fcol, col, col, None), B=1, max_k=1,
+                out_tokens=out.data_ptr(), out_num_accepted=out.data_ptr() + 8,
+                out_valid=out.data_ptr() + 12)
+    _C.verify(**good)
+    for key, bad in (("target", (t.data_ptr(), 7, 2, 5, 5)),          # dtype code
+                     ("target", (t.data_ptr(), 0, 2, 1 << 23, 5)),     # V > MAX_VOCAB
+                     ("requests", (col,) * 10),                         # inv_temp as int64
+                     ("requests", (col, col, col, fcol, fcol, fcol, fcol, col, col, None)),
+                     ("requests", (col,) * 3),                          # too few columns
+                     ("draft_ids", (0, 1, 4)),                          # null address
+                     ("B", -1)):
+        with pytest.raises(ValueError):
+            _C.verify(**{**good, key: bad})
+    with pytest.raises(ValueError):
+        _C.verify(**{**good, "target_is_probs": True, "target": (t.data_ptr(), 1, 2, 5, 5)})
 
 
 # ----------------------------------------------------------------------------- fuzz safety
-def test_fuzz_garbage_indices_never_crash():
+def test_fuzz_garbage_indices_never_crash(isa):
     rng = np.random.default_rng(13)
     big = [2 ** 62, -2 ** 62, 2 ** 63 - 1, -2 ** 63, 10 ** 9, -10 ** 9, -1, 0]
     for it_ in range(60):
@@ -426,15 +558,12 @@ def test_fuzz_garbage_indices_never_crash():
             assert tok.shape == (B, max_k + 1)
             assert int(tok.min()) >= -1 and int(tok.max()) < V
             assert int(nacc.min()) >= 0 and int(nacc.max()) <= max_k
-        probs_draft = draft if draft_kind == "probs" else None
-        greedy = it == 0
-        nacc = cpu.accept(target.abs(), trs, ids, drs, nd, probs_draft, greedy, seed, offset,
-                          max_k)
-        assert int(nacc.min()) >= 0 and int(nacc.max()) <= max_k
-        na = garbage(B, -3, 10).clamp(-2 ** 31, 2 ** 31 - 1).to(torch.int32)
-        tok = cpu.residual_sample(target.abs(), trs, ids, drs, nd, probs_draft, greedy, seed,
-                                  offset, na, max_k)
-        assert int(tok.min()) >= -1 and int(tok.max()) < V
+            forced = garbage(B, -3, 10)
+            tok, nacc, valid = cpu.verify(target.abs(), is_probs, trs, ids, drs, nd, draft,
+                                          draft_kind == "probs", it, tk, tp, mp, seed, offset,
+                                          max_k, forced_num_accepted=forced)
+            assert int(tok.min()) >= -1 and int(tok.max()) < V
+            assert int(nacc.min()) >= 0 and int(nacc.max()) <= max_k
         Nr = target.shape[0]
         rows = lambda t: t.repeat(Nr // B + 1)[:Nr]  # noqa: E731
         p, v = cpu.sampling_probs(target, rows(it), rows(tk), rows(tp), rows(mp))
@@ -443,7 +572,7 @@ def test_fuzz_garbage_indices_never_crash():
     count("fuzz_calls", 60)
 
 
-def test_empty_batch_and_zero_k():
+def test_empty_batch_and_zero_k(isa):
     V = 10
     target = torch.randn(3, V)
     e = torch.zeros(0, dtype=torch.int64)
@@ -456,9 +585,9 @@ def test_empty_batch_and_zero_k():
     _check_verify(args)
 
 
-def test_draw_generic_path_for_out_of_range_draft_probs():
-    """Draft 'probabilities' outside [0, 1] (negative entries) make r = p - q exceed 1: the
-    native draw leaves its block-summed fast path for the generic one; still bit-exact."""
+def test_negative_draft_probs_bitwise(isa):
+    """Draft 'probabilities' with negative entries (outside the public API): the residual
+    r = p - max(q, 0) stays in [0, p], so the draw is the usual exact one, plain and forced."""
     rng = np.random.default_rng(14)
     for V in (5, 3000):
         B, K = 16, 3
@@ -469,15 +598,12 @@ def test_draw_generic_path_for_out_of_range_draft_probs():
             draft[t, int(rng.integers(V))] = -3.0 if rng.random() < 0.5 else -0.5
         args[6] = draft
         _check_verify(tuple(args))
-        (target, _, trs, ids, drs, nd, _, _, it, tk, tp, mp, seed, offset, max_k) = args
-        P, _ = ref.sampling_probs(target, it.repeat_interleave(K + 1), tk.repeat_interleave(K + 1),
-                                  tp.repeat_interleave(K + 1), mp.repeat_interleave(K + 1))
-        greedy = torch.zeros(B, dtype=torch.bool)
-        na = torch.from_numpy(rng.integers(0, K + 1, size=B).astype(np.int32))
-        x = cpu.residual_sample(P, trs, ids, drs, nd, draft, greedy, seed, offset, na, max_k)
-        y = ref.residual_sample(P, trs, ids, drs, nd, draft, greedy, seed, offset, na, max_k)
-        assert torch.equal(x, y)
-        count("residual_sample_requests", B)
+        forced = torch.from_numpy(rng.integers(0, K + 1, size=B))
+        got = cpu.verify(*args, forced_num_accepted=forced)
+        want = _reference_forced(tuple(args), forced)
+        for x, y in zip(got, want):
+            assert torch.equal(x, y)
+        count("forced_requests", B)
 
 
 # ----------------------------------------------------------------------------- select paths
@@ -499,7 +625,7 @@ def _select_rows(rng, V):
 
 
 @pytest.mark.parametrize("V", [4103, 50000])
-def test_threshold_selection_paths_bitwise(V):
+def test_threshold_selection_paths_bitwise(V, isa):
     """top-k (streaming select, its histogram fallback for ties and for k > 4096) and top-p
     (two-level radix select on the bit patterns, with the kept mass taken from the
     histogram) against the reference, bit for bit."""
@@ -523,41 +649,74 @@ def test_threshold_selection_paths_bitwise(V):
     count("sampling_probs", n * len(combos))
 
 
-_ENV_SCRIPT = r"""
-import sys, numpy as np, torch
-from specops.backends import cpu
-d = torch.load(sys.argv[1])
-p, v = cpu.sampling_probs(*d["sp"])
-out = cpu.verify(*d["vf"])
-torch.save({"p": p, "v": v, "out": out}, sys.argv[2])
+_ISA_SCRIPT = r"""
+import torch, specops
+from specops import _C
+try:
+    print("isa", _C.isa())
+except ValueError as exc:
+    print("isa ValueError", exc)
+logits = torch.randn(2, 3, 11)
+ids = torch.zeros(2, 2, dtype=torch.int64)
+for backend in ("cpu", "auto"):
+    try:
+        specops.verify_block(logits, ids, None, seed=1, backend=backend)
+        print(backend, "ok")
+    except ValueError as exc:
+        print(backend, "ValueError", exc)
 """
 
 
-@pytest.mark.parametrize("env", ["SPECOPS_NO_AVX2"])
-def test_simd_paths_agree(env, tmp_path):
-    """The SSE2-only paths (SPECOPS_NO_AVX2=1: what a CPU without AVX2 runs) give the same
-    bits as the default process (AVX2 where the CPU has it)."""
-    import os
-    import subprocess
-    import sys
-    rng = np.random.default_rng(21)
-    V, n = 20011, 12
-    rows = _select_rows(rng, V)
-    names = list(SETTINGS)
-    logits = torch.cat([rows, _logit_rows(rng, n, V, torch.float32)])
-    params = _params(names, logits.shape[0])
-    vf = _random_batch(rng, 12, 3, V, torch.float32, "probs", "logits", "mixed", "padded",
-                       specials=False)
-    p0, v0 = cpu.sampling_probs(logits, *params)
-    out0 = cpu.verify(*vf)
-    src, dst = tmp_path / "in.pt", tmp_path / "out.pt"
-    torch.save({"sp": (logits, *params), "vf": vf}, src)
-    subprocess.run([sys.executable, "-c", _ENV_SCRIPT, str(src), str(dst)], check=True,
-                   env={**os.environ, env: "1"})
-    got = torch.load(dst)
-    assert torch.equal(got["p"], p0) and torch.equal(got["v"], v0)
-    for a, b in zip(got["out"], out0):
-        assert torch.equal(a, b)
+def _run_with_isa(value):
+    env = {**os.environ, "SPECOPS_CPU_ISA": value}
+    r = subprocess.run([sys.executable, "-c", _ISA_SCRIPT], env=env, capture_output=True,
+                       text=True, timeout=300)
+    assert r.returncode == 0, r.stderr
+    return dict(ln.split(" ", 1) for ln in r.stdout.splitlines())
+
+
+def test_isa_env_var_is_honoured():
+    """SPECOPS_CPU_ISA=scalar (not the default on x86) is the active level in a new process."""
+    out = _run_with_isa("scalar")
+    assert out == {"isa": "scalar", "cpu": "ok", "auto": "ok"}
+
+
+def test_isa_env_var_unknown_value_is_an_error():
+    """An unknown level is a ValueError naming SPECOPS_CPU_ISA: from _C, and from
+    verify_block with backend="cpu" and "auto" (never a silent fallback to another backend)."""
+    out = _run_with_isa("avx9000")
+    for key in ("isa", "cpu", "auto"):
+        assert out[key].startswith("ValueError") and "SPECOPS_CPU_ISA='avx9000'" in out[key], out
+
+
+def test_set_isa():
+    before = _C.isa()
+    assert before == ISAS[-1]  # the default is the best level this CPU runs
+    with pytest.raises(ValueError, match="scalar, sse2, avx2"):
+        _C.set_isa("neon")
+    for level in ISAS:
+        _C.set_isa(level)
+        assert _C.isa() == level
+    _C.set_isa(before)
+
+
+def test_constants_match_reference():
+    """Every constant the C++ was compiled with equals specops.reference's (floats bitwise)."""
+    c = _C.constants()
+
+    def bits(x):
+        return np.float32(x).view(np.uint32)
+
+    for name in ("PHILOX_M0", "PHILOX_M1", "PHILOX_W0", "PHILOX_W1", "PHILOX_ROUNDS",
+                 "TAG_ACCEPT", "TAG_SAMPLE", "E_SCALE_BITS", "W_SCALE_BITS", "P_CHECK_BITS",
+                 "MAX_VOCAB"):
+        assert c[name] == getattr(R, name), name
+    for name in ("EXP_CUTOFF", "EXP_LOG2E", "EXP_ROUND", "EXP_LN2_HI", "EXP_LN2_LO", "FLT_MIN"):
+        assert np.float32(c[name]) == c[name], name           # a float32 value, exactly
+        assert bits(c[name]) == bits(getattr(R, name)), name
+    assert len(c["EXP_COEFFS"]) == len(R.EXP_COEFFS)
+    for a, b in zip(c["EXP_COEFFS"], R.EXP_COEFFS):
+        assert bits(a) == bits(b)
 
 
 def _band_rows(rng, V):
@@ -591,7 +750,7 @@ def _band_rows(rng, V):
 
 
 @pytest.mark.parametrize("V", [4095, 4096, 4103, 33000, 128256])
-def test_top_p_band_prefilter_bitwise(V):
+def test_top_p_band_prefilter_bitwise(V, isa):
     """top-p on long rows runs its exact select on a band of candidates placed by a strided
     sample (with a bound-based and a whole-row fallback); every path must give the
     reference's bits, including top_p next to 0 and to 1."""
@@ -615,7 +774,7 @@ def test_top_p_band_prefilter_bitwise(V):
 
 
 @pytest.mark.parametrize("V", [1, 2, 3, 5, 7])
-def test_top_p_tiny_rows_bitwise(V):
+def test_top_p_tiny_rows_bitwise(V, isa):
     rng = np.random.default_rng(V)
     rows = torch.from_numpy(np.stack([
         rng.standard_normal(V).astype(np.float32) * 3, np.zeros(V, np.float32),

@@ -197,3 +197,90 @@ def test_accepted_length_law_matches_enumeration():
     q = np.stack([dyadic(rng, 5) for _ in range(3)])
     res = R.exact_output_law(p, q, 3, 5)
     np.testing.assert_allclose(res["length_law"], R.accepted_length_law(p, q), atol=1e-14)
+
+
+# ----------------------------------------------------------------------------- the one walk
+def _walk_args(P, Q, ids, nd, greedy=None, seed=None):
+    """Canonical probability arguments for B requests over prefix-independent rows."""
+    B, K = ids.shape
+    V = P.shape[-1]
+    ar = np.arange(B)
+    target = np.broadcast_to(P, (B, K + 1, V)).reshape(-1, V)
+    draft = None if Q is None else np.broadcast_to(Q, (B, K, V)).reshape(-1, V)
+    inv = np.ones(B, np.float32) if greedy is None else np.where(greedy, 0, 1).astype(np.float32)
+    return (target, True, ar * (K + 1), ids.reshape(-1), ar * K, nd, draft, draft is not None,
+            inv, np.zeros(B, np.int64), np.ones(B, np.float32), np.zeros(B, np.float32),
+            np.arange(B) + (0 if seed is None else seed), np.full(B, 7), K)
+
+
+def _rows():
+    rng = np.random.default_rng(41)
+    P = rng.dirichlet(np.ones(6), size=4).astype(np.float32)
+    Q = rng.dirichlet(np.ones(6), size=3).astype(np.float32)
+    return rng, P, Q
+
+
+def test_forced_mode_draws_exactly_what_verify_draws_at_its_rejection_point():
+    """verify = accept the prefix, then the forced walk at j* = num_accepted: the token and
+    the prefix agree position for position (section 7)."""
+    rng, P, Q = _rows()
+    B = 400
+    ids = rng.integers(0, 6, size=(B, 3))
+    nd = rng.integers(0, 4, size=B)
+    greedy = rng.random(B) < 0.2
+    for q in (Q, None):
+        a = _walk_args(P, q, ids, nd, greedy)
+        tok, nacc, valid = R.verify_rows_ref(*a)
+        ftok, fnacc, fvalid = R.verify_rows_ref(*a, forced_num_accepted=nacc)
+        assert (tok == ftok).all() and (nacc == fnacc).all() and (valid == fvalid).all()
+
+
+def test_forced_mode_reads_no_row_before_j_star_and_rejects_negative_counts():
+    rng, P, Q = _rows()
+    ids = np.array([[1, 2, 3], [1, 2, 3], [1, 2, 3]])
+    a = list(_walk_args(P, Q, ids, np.array([3, 3, 3])))
+    target = a[0].copy()
+    target[0:2] = np.nan                      # request 0, rows 0 and 1: never read for j* = 2
+    a[0] = target
+    tok, nacc, valid = R.verify_rows_ref(*a, forced_num_accepted=np.array([2, -1, 9]))
+    assert valid.tolist() == [True, False, True]
+    assert tok[0, :2].tolist() == [1, 2] and 0 <= tok[0, 2] < 6 and nacc[0] == 2
+    assert tok[1].tolist() == [-1] * 4 and nacc[1] == 0
+    assert tok[2, :3].tolist() == [1, 2, 3] and nacc[2] == 3      # j* = min(9, kb) = kb: bonus
+    # the bonus at j* = kb is the bonus draw of stream tag 1 at position 3
+    U = R.sample_uniform64(a[12][2], a[13][2], 3)
+    assert tok[2, 3] == R.draw_index(R.integer_weights(P[3]), U)
+
+
+def test_forced_residual_law_is_the_normalised_residual():
+    """Over many seeds the forced draw at j* < kb follows max(p - q, 0) normalised, exactly in
+    the integer weights: every token's frequency within 5 sigma, and the point-mass variant
+    never emits the rejected id."""
+    rng, P, Q = _rows()
+    B = 6000
+    ids = np.tile([4, 0, 0], (B, 1))
+    a = _walk_args(P, Q, ids, np.full(B, 3), seed=100)
+    tok, nacc, valid = R.verify_rows_ref(*a, forced_num_accepted=np.zeros(B, np.int64))
+    assert valid.all() and (nacc == 0).all()
+    law = R.implemented_draw_law(R.residual_row(P[0], Q[0], 4), P[0])
+    freq = np.bincount(tok[:, 0], minlength=6) / B
+    assert (np.abs(freq - law) <= 5 * np.sqrt(law * (1 - law) / B) + 1e-12).all()
+    a = _walk_args(P, None, ids, np.full(B, 3), seed=100)
+    tok, _, _ = R.verify_rows_ref(*a, forced_num_accepted=np.zeros(B, np.int64))
+    assert (tok[:, 0] != 4).all()
+
+
+def test_rows_outside_the_tensors_make_the_request_invalid():
+    """Section 7: row starts past the target or draft tensors are bad data, not a crash."""
+    rng, P, Q = _rows()
+    ids = np.array([[1, 2, 3], [1, 2, 3]])
+    a = list(_walk_args(P, Q, ids, np.array([3, 3])))
+    a[2] = np.array([0, 6])                   # request 1's rows 2.. are past the 8-row target
+    a[4] = np.array([0, 3])
+    tok, nacc, valid = R.verify_rows_ref(*a, forced_num_accepted=np.array([3, 3]))
+    assert valid.tolist() == [True, False]
+    a[4] = np.array([0, 5])                   # request 1's draft ids run past T = 6
+    tok, nacc, valid = R.verify_rows_ref(*a)
+    assert nacc[1] <= 1 and valid[1] == (nacc[1] == 0)   # row 1 of its block does not exist
+    tok, nacc, valid = R.verify_rows_ref(*a, forced_num_accepted=np.array([3, 1]))
+    assert valid.tolist() == [True, False] and nacc[1] == 1

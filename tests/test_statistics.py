@@ -1,4 +1,5 @@
-"""Calibrated statistical tests (DESIGN.md section 4.3) with negative controls that must fail.
+"""Calibrated statistical tests with negative controls that must fail (the third of the
+three checks in specops.reference's docstring).
 
 Drafts are sampled from q; at each position j the emitted token among requests that reached j
 must follow p_j (chi-square goodness of fit), and num_accepted must follow its analytic law.
@@ -102,17 +103,47 @@ def test_reference_passes_and_negative_controls_fail():
 
 
 BACKENDS = [b for b in ("cpu", "triton") if b in specops.available_backends()]
+NEGATIVE_CONTROLS = ("q reported as p", "q withheld (point mass)", "wrong_fallback",
+                     "reused_uniform")
+
+
+def run_control(control, backend, ids, seed0):
+    """A mistake an engine could make, run at the same N on the same drafts and seeds: the
+    first two through the backend itself (the draft's probabilities misreported), the others
+    through the reference's negative-control variants."""
+    n, K = ids.shape
+    if control == "q reported as p":
+        return run_backend(backend, ids, P_ROWS, P_ROWS[:K], seed0)
+    if control == "q withheld (point mass)":
+        out = specops.verify_block(
+            target_probs=torch.from_numpy(np.ascontiguousarray(
+                np.broadcast_to(P_ROWS, (n, K + 1, P_ROWS.shape[1])))),
+            draft_token_ids=torch.from_numpy(ids), seed=torch.arange(n) + seed0, offset=0,
+            backend=backend)
+        return out.token_ids.numpy(), out.num_accepted.numpy()
+    return run_reference_variant(control, ids, P_ROWS, Q_ROWS, seed0)
 
 
 @pytest.mark.skipif(not BACKENDS, reason="no native backend built")
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_backend_from_probabilities(backend):
-    n = N if backend == "cpu" else 2000          # the Triton interpreter is slow
+    """Each backend passes at its N, and every negative control fails at that same N (so the
+    test has the power to fail)."""
+    n = N if backend == "cpu" else 1000          # the Triton interpreter is slow
     rng = np.random.default_rng(12)
     ids = draft_ids(rng, Q_ROWS, n)
+    length_law = R.accepted_length_law(P_ROWS, Q_ROWS)
     tok, nacc = run_backend(backend, ids, P_ROWS, Q_ROWS, 5000)
-    pv = law_pvalues(tok, nacc, P_ROWS, R.accepted_length_law(P_ROWS, Q_ROWS))
+    pv = law_pvalues(tok, nacc, P_ROWS, length_law)
     assert min(pv.values()) >= ALPHA, pv
+    # the interpreter runs one backend control (a second backend run at N=1000 would double
+    # the test's time); the reference's variants show the same power at that N
+    controls = NEGATIVE_CONTROLS if backend == "cpu" else NEGATIVE_CONTROLS[:1] + \
+        NEGATIVE_CONTROLS[2:]
+    for control in controls:
+        tok, nacc = run_control(control, backend, ids, 5000)
+        pv = law_pvalues(tok, nacc, P_ROWS, length_law)
+        assert min(pv.values()) < ALPHA, (control, n, pv)
 
 
 @pytest.mark.skipif("cpu" not in specops.available_backends(), reason="C++ backend not built")
@@ -138,16 +169,24 @@ def test_cpu_from_logits_with_transforms(setting, point_mass):
     else:
         q = np.stack([R.transform_row(r, inv, **kw)[0] for r in dl])
         ids = draft_ids(rng, q, N)
-    out = specops.verify_block(
-        torch.from_numpy(np.ascontiguousarray(np.broadcast_to(tl, (N, K + 1, V)))),
-        torch.from_numpy(ids), None, seed=torch.arange(N) + 77, offset=3,
-        draft_logits=None if point_mass else torch.from_numpy(
-            np.ascontiguousarray(np.broadcast_to(dl, (N, K, V)))),
-        backend="cpu", **setting)
-    tok, nacc = out.token_ids.numpy(), out.num_accepted.numpy()
+    target = torch.from_numpy(np.ascontiguousarray(np.broadcast_to(tl, (N, K + 1, V))))
+
+    def run(draft_logits):
+        out = specops.verify_block(target, torch.from_numpy(ids), None,
+                                   seed=torch.arange(N) + 77, offset=3,
+                                   draft_logits=draft_logits, backend="cpu", **setting)
+        return out.token_ids.numpy(), out.num_accepted.numpy()
+
     if point_mass:
         length = R.accepted_length_law(p, None, ids[0])
+        honest = None
     else:
         length = R.accepted_length_law(p, q)
-    pv = law_pvalues(tok, nacc, p, length)
+        honest = torch.from_numpy(np.ascontiguousarray(np.broadcast_to(dl, (N, K, V))))
+    pv = law_pvalues(*run(honest), p, length)
     assert min(pv.values()) >= ALPHA, pv
+    # negative control at the same N: the draft reported as the target (q = p, so every
+    # draft is accepted whatever it is) must fail
+    liar = target[:, :K].contiguous()
+    pv = law_pvalues(*run(liar), p, length)
+    assert min(pv.values()) < ALPHA, ("draft reported as the target", pv)

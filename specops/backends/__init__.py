@@ -1,4 +1,4 @@
-"""Backends: one module per backend, each exposing the same four functions on torch tensors.
+"""Backends: one module per backend, each exposing the same two functions on torch tensors.
 
 This is the internal interface between the torch custom ops (``specops/ops/``) and the
 kernels.  The public layer (``specops.api``) has already checked every argument and turned
@@ -17,20 +17,19 @@ Canonical arguments (B requests, V vocabulary):
 * ``target_row_start``, ``draft_row_start``, ``num_draft``: [B] int64.
 * ``inv_temp`` [B] float32 (0 = greedy), ``top_k`` [B] int64 (0 = off), ``top_p`` [B]
   float32 (1 = off), ``min_p`` [B] float32 (0 = off), ``seed`` [B] int64, ``offset`` [B]
-  int64; ``max_k`` int (output width is max_k + 1); ``greedy`` [B] bool.
+  int64; ``max_k`` int (output width is max_k + 1).
 
 Functions (all return new tensors on the input's device):
 
 * ``verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start, num_draft,
-  draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k)
-  -> (token_ids [B, max_k+1] int32, num_accepted [B] int32, valid [B] bool)``
-  == ``reference.verify_rows_ref``.
+  draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k,
+  forced_num_accepted=None) -> (token_ids [B, max_k+1] int32, num_accepted [B] int32,
+  valid [B] bool)`` == ``reference.verify_rows_ref``: the backend's one verification walk.
+  ``forced_num_accepted`` [B] int (or None) is the forced mode of the reference's section 7.
 * ``sampling_probs(logits [N, V], inv_temp [N], top_k [N], top_p [N], min_p [N])
   -> (probs [N, V] float32 contiguous, valid [N] bool)`` == ``reference.sampling_probs_ref``.
-* ``accept(target_probs [N, V] f32, target_row_start, draft_ids, draft_row_start, num_draft,
-  draft_probs [T, V] f32 | None, greedy, seed, offset, max_k) -> num_accepted [B] int32``
-  == ``reference.accept_ref``.
-* ``residual_sample(target_probs, target_row_start, draft_ids, draft_row_start, num_draft,
-  draft_probs | None, greedy, seed, offset, num_accepted [B] int32, max_k)
-  -> token [B] int32`` == ``reference.residual_sample_ref``.
+
+The single-purpose accept and residual-sample steps are views over ``verify`` (see
+``specops/ops/accept.py`` and ``specops/ops/residual_sample.py``), not separate walks.
+Per-request [B] tensors may have any stride along B, including 0 (an expanded scalar).
 """

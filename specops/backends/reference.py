@@ -1,7 +1,6 @@
 """The numpy reference as a backend (CPU tensors in, CPU tensors out)."""
 from __future__ import annotations
 
-import numpy as np
 import torch
 
 from specops import reference as R
@@ -17,11 +16,13 @@ def _np(t):
 
 
 def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start, num_draft,
-           draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k):
+           draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k,
+           forced_num_accepted=None):
     tok, nacc, valid = R.verify_rows_ref(
         _np(target), target_is_probs, _np(target_row_start), _np(draft_ids),
         _np(draft_row_start), _np(num_draft), _np(draft), draft_is_probs, _np(inv_temp),
-        _np(top_k), _np(top_p), _np(min_p), _np(seed), _np(offset), int(max_k))
+        _np(top_k), _np(top_p), _np(min_p), _np(seed), _np(offset), int(max_k),
+        _np(forced_num_accepted))
     dev = target.device
     return (torch.from_numpy(tok).to(dev), torch.from_numpy(nacc).to(dev),
             torch.from_numpy(valid).to(dev))
@@ -31,20 +32,3 @@ def sampling_probs(logits, inv_temp, top_k, top_p, min_p):
     probs, valid = R.sampling_probs_ref(_np(logits), _np(inv_temp), _np(top_k), _np(top_p),
                                         _np(min_p))
     return torch.from_numpy(probs).to(logits.device), torch.from_numpy(valid).to(logits.device)
-
-
-def accept(target_probs, target_row_start, draft_ids, draft_row_start, num_draft, draft_probs,
-           greedy, seed, offset, max_k):
-    nacc = R.accept_ref(_np(target_probs), _np(target_row_start), _np(draft_ids),
-                        _np(draft_row_start), _np(num_draft), _np(draft_probs), _np(greedy),
-                        _np(seed), _np(offset), int(max_k))
-    return torch.from_numpy(nacc).to(target_probs.device)
-
-
-def residual_sample(target_probs, target_row_start, draft_ids, draft_row_start, num_draft,
-                    draft_probs, greedy, seed, offset, num_accepted, max_k):
-    tok = R.residual_sample_ref(_np(target_probs), _np(target_row_start), _np(draft_ids),
-                                _np(draft_row_start), _np(num_draft), _np(draft_probs),
-                                _np(greedy), _np(seed), _np(offset), _np(num_accepted),
-                                int(max_k))
-    return torch.from_numpy(tok).to(target_probs.device)

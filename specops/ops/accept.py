@@ -1,24 +1,31 @@
-"""specops::accept — the vectorised accept walk over a batch of blocks of probabilities."""
-from __future__ import annotations
+"""The accept step as a view over the one verification walk (``specops::verify``).
 
-from typing import Optional
+``accept_op`` returns the number of accepted drafts of each request, given final target and
+draft probabilities; it is ``verify``'s ``num_accepted`` on the same rows (the walk's accept
+test reads the same values; the draw it then makes is discarded).  Greedy rows accept iff the
+draft is the lowest-index argmax of a valid row.
+"""
+from __future__ import annotations
 
 import torch
 
-from specops.backends import registry
+from specops.ops.verify import verify_op
 
 
-@torch.library.custom_op("specops::accept", mutates_args=(), device_types=("cpu", "cuda"))
-def accept_op(target_probs: torch.Tensor, target_row_start: torch.Tensor,
-              draft_ids: torch.Tensor, draft_row_start: torch.Tensor, num_draft: torch.Tensor,
-              draft_probs: Optional[torch.Tensor], greedy: torch.Tensor, seed: torch.Tensor,
-              offset: torch.Tensor, max_k: int, backend: str) -> torch.Tensor:
-    return registry.load(backend).accept(target_probs, target_row_start, draft_ids,
-                                         draft_row_start, num_draft, draft_probs, greedy, seed,
-                                         offset, max_k)
+def probs_params(greedy: torch.Tensor):
+    """The transform parameters of final probabilities: inv_temp 0 (greedy) or 1, no filters."""
+    B, dev = greedy.shape[0], greedy.device
+    one = torch.ones((), dtype=torch.float32, device=dev)
+    inv_temp = torch.where(greedy.to(torch.bool), torch.zeros_like(one), one)
+    return dict(inv_temp=inv_temp, top_k=torch.zeros((), dtype=torch.int64, device=dev).expand(B),
+                top_p=one.expand(B), min_p=torch.zeros_like(one).expand(B))
 
 
-@accept_op.register_fake
-def _(target_probs, target_row_start, draft_ids, draft_row_start, num_draft, draft_probs, greedy,
-      seed, offset, max_k, backend):
-    return torch.empty(num_draft.shape, dtype=torch.int32, device=target_probs.device)
+def accept_op(target_probs, target_row_start, draft_ids, draft_row_start, num_draft,
+              draft_probs, greedy, seed, offset, max_k, backend):
+    """-> num_accepted [B] int32 (see the module docstring)."""
+    _, num_accepted, _ = verify_op(target_probs, True, target_row_start, draft_ids,
+                                   draft_row_start, num_draft, draft_probs, True,
+                                   seed=seed, offset=offset, max_k=max_k, backend=backend,
+                                   **probs_params(greedy))
+    return num_accepted

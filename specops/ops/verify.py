@@ -6,6 +6,9 @@ returns fresh tensors, so custom_op's autograd wrapper, dynamo-disable frame and
 alias checks buy nothing here and cost ~15-40 us per call (measured in bench/results/cpu.md,
 latency case).  ``verify_op`` is the OpOverload ``torch.ops.specops.verify.default``: it is
 called, traced (``torch.compile(fullgraph=True)``) and opchecked exactly like the custom op.
+
+``forced_num_accepted`` selects the forced mode of the walk (reference section 7): the
+residual-sample view of ``specops/ops/residual_sample.py``.
 """
 from __future__ import annotations
 
@@ -18,15 +21,16 @@ _lib.define(
     "verify(Tensor target, bool target_is_probs, Tensor target_row_start, Tensor draft_ids, "
     "Tensor draft_row_start, Tensor num_draft, Tensor? draft, bool draft_is_probs, "
     "Tensor inv_temp, Tensor top_k, Tensor top_p, Tensor min_p, Tensor seed, Tensor offset, "
-    "int max_k, str backend) -> (Tensor, Tensor, Tensor)")
+    "int max_k, str backend, Tensor? forced_num_accepted=None) -> (Tensor, Tensor, Tensor)")
 
 
 def _verify_kernel(target, target_is_probs, target_row_start, draft_ids, draft_row_start,
                    num_draft, draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed,
-                   offset, max_k, backend):
+                   offset, max_k, backend, forced_num_accepted=None):
+    kw = {} if forced_num_accepted is None else {"forced_num_accepted": forced_num_accepted}
     return registry.load(backend).verify(
         target, target_is_probs, target_row_start, draft_ids, draft_row_start, num_draft,
-        draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k)
+        draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k, **kw)
 
 
 _lib.impl("verify", _verify_kernel, "CPU")
@@ -35,7 +39,8 @@ _lib.impl("verify", _verify_kernel, "CUDA")
 
 @torch.library.register_fake("specops::verify", lib=_lib)
 def _(target, target_is_probs, target_row_start, draft_ids, draft_row_start, num_draft, draft,
-      draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k, backend):
+      draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k, backend,
+      forced_num_accepted=None):
     B = num_draft.shape[0]
     dev = target.device
     return (target.new_empty((B, max_k + 1), dtype=torch.int32),

@@ -160,7 +160,7 @@ def test_greedy_equals_target_greedy_generate(models, draft_name, gamma):
     assert st["draft_calls"] == st["steps"] * gamma + 1
     assert sum(st["accept_length_hist"]) > 0
     if draft_name == "same":
-        assert st["accepted"] == st["proposed"] - (st["proposed"] - st["accepted"])
+        assert st["accepted"] == st["proposed"]             # a copy of the target: all kept
         assert st["accept_length_hist"][gamma] >= st["steps"]  # a copy is always accepted
 
 

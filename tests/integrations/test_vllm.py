@@ -288,7 +288,7 @@ def run_stat_case(setting, n, lie_about_q=False, seed=0):
     out = ours()(make_md(spec), draft_probs, logits, sm).sampled_token_ids.numpy()
     p = specops.sampling_probs(rows, temperature=temp, top_k=top_k or 0,
                                top_p=1.0 if top_p is None else top_p)[0].numpy()
-    ok_q = q.numpy() if not lie_about_q else q.numpy()
+    ok_q = q.numpy()         # the law is the true q's, whatever the sampler was told
     nacc = (out[:, :K] == drafts.numpy()).cumprod(1).sum(1)
     pvals = {}
     for j in range(K + 1):
@@ -450,12 +450,3 @@ def test_register_patches_vllm_and_unregister_restores():
     finally:
         sv.unregister()
     assert vrs.RejectionSampler is VllmRS
-
-
-def test_entry_point_declared():
-    from importlib.metadata import entry_points
-    eps = [e for e in entry_points(group="vllm.general_plugins") if e.name == "specops"]
-    if not eps:
-        pytest.skip("specops is not pip-installed in this environment (entry point not "
-                    "visible); pyproject.toml declares it")
-    assert eps[0].value == "specops.integrations.vllm:register"

@@ -1,0 +1,36 @@
+// Portable float32 exp for d <= 0 (specops/reference.py, section 2), written once over the
+// Vec types of simd/vec_*.h (scalar, SSE2 and AVX2 lanes run the same operations).  Every
+// operation is a separately rounded float32 IEEE operation; the build uses -ffp-contract=off
+// and no FMA, so that no multiply-add is fused.
+#pragma once
+
+namespace specops {
+
+constexpr float EXP_CUTOFF = -86.0f;
+constexpr float EXP_LOG2E = 1.44269502162933349609375f;
+constexpr float EXP_ROUND = 12582912.0f;  // 1.5 * 2^23
+constexpr float EXP_LN2_HI = 0.693145751953125f;
+constexpr float EXP_LN2_LO = 1.428606765330187045e-06f;
+// Taylor coefficients of exp on |r| <= ln2/2, highest degree first (Horner order).
+constexpr float EXP_COEFFS[8] = {float(1.0 / 5040.0), float(1.0 / 720.0), float(1.0 / 120.0),
+                                 float(1.0 / 24.0),   float(1.0 / 6.0),   0.5f,
+                                 1.0f,                1.0f};
+
+// 0 if not d >= -86; else s * 2^n with n = round(d * log2e), r = d - n ln2 (two steps),
+// s = Horner(EXP_COEFFS, r).  S is a Vec tag (simd/vec_*.h).
+template <class S>
+inline typename S::F pexp_v(typename S::F d) {
+  using F = typename S::F;
+  const auto ok = ge(d, S::splat(EXP_CUTOFF));  // false for NaN and for d < -86
+  const F dd = keep(ok, d);
+  const F rnd = S::splat(EXP_ROUND);
+  const F n = (dd * S::splat(EXP_LOG2E) + rnd) - rnd;
+  const F r = (dd - n * S::splat(EXP_LN2_HI)) - n * S::splat(EXP_LN2_LO);
+  F s = S::splat(EXP_COEFFS[0]);
+  for (int c = 1; c < 8; ++c) s = s * r + S::splat(EXP_COEFFS[c]);
+  // 2^n from its bits: n is integer-valued and >= -125 where ok, so the conversion is exact
+  const F scale = as_float(shl23(to_int(n) + S::splat_i(127)));
+  return keep(ok, s * scale);
+}
+
+}  // namespace specops

@@ -1,0 +1,54 @@
+// The integer inverse-CDF draw.  The weights are summed per block of kDrawBlock tokens
+// (exactly, by the active ISA's weights pass), so the scan for the token touches one block.
+#include "draw/draw.h"
+
+#include <algorithm>
+
+#include "core/float_bits.h"
+#include "simd/passes.h"
+
+namespace specops {
+namespace {
+
+inline uint64_t weight(float r) { return uint64_t(f2i64(r * kWScaleF)); }
+
+}  // namespace
+
+int64_t draw(const float* p, const float* q, int64_t y, int64_t V, uint64_t U, Work& w) {
+  if (V <= 0) return -1;
+  float* r = grow(w.r, V);
+  const int64_t nb = (V + kDrawBlock - 1) / kDrawBlock;
+  if (int64_t(w.bsum.size()) < nb) w.bsum.resize(size_t(nb));
+  uint64_t* bs = w.bsum.data();
+  const Passes& ps = passes();
+  bool bad = false;
+  uint64_t S = ps.weights(p, q, r, V, bs, &bad);
+  if (bad) return -1;
+  if (!q && y >= 0 && y < V) {  // point-mass draft: the residual is p with p[y] zeroed
+    const uint64_t wy = weight(r[y]);
+    S -= wy;
+    bs[y / kDrawBlock] -= wy;
+    r[y] = 0.0f;
+  }
+  if (S == 0) {  // the residual has no mass: fall back to p
+    S = ps.weights(p, nullptr, r, V, bs, &bad);
+    if (bad) return -1;
+  }
+  if (S == 0 || int64_t(S) < 0) return -1;
+  const uint64_t t = uint64_t((static_cast<unsigned __int128>(U) * S) >> 64);
+  uint64_t cum = 0;
+  for (int64_t k = 0; k < nb; ++k) {
+    if (cum + bs[k] > t) {
+      const int64_t b1 = std::min(V, (k + 1) * kDrawBlock);
+      for (int64_t i = k * kDrawBlock; i < b1; ++i) {
+        cum += weight(r[i]);
+        if (cum > t) return i;
+      }
+      return -1;
+    }
+    cum += bs[k];
+  }
+  return -1;
+}
+
+}  // namespace specops

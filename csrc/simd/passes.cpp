@@ -1,0 +1,356 @@
+// The vectorised row passes, written once over the Vec types and compiled once per ISA level
+// (see passes.h).  Each routine runs whole vectors of its level and hands the remaining
+// elements to its own scalar instantiation, so the tail does the same operations.
+//
+// Exact integer sums: trunc(e * 2^40) for e in [0, 1] is split exactly as
+// hi * 2^20 + lo with hi = trunc(e * 2^20), lo = trunc(frac * 2^20) (each step an exact
+// float32 operation); the digits are summed in int32 lanes over kLaneBlock vectors, then in
+// uint64.  The draw's weights trunc(r * 2^60) use three such digits.
+#include "simd/passes.h"
+
+#include "core/float_bits.h"
+#include "core/pexp.h"
+#include "simd/vec_scalar.h"
+
+#if !defined(SPECOPS_ISA)
+#error "simd/passes.cpp is compiled once per level with -DSPECOPS_ISA=0|1|2 (see CMakeLists.txt)"
+#elif SPECOPS_ISA == 1
+#include "simd/vec_sse2.h"
+#elif SPECOPS_ISA == 2
+#include "simd/vec_avx2.h"
+#endif
+
+namespace specops {
+namespace {
+
+using simd::Scalar;
+#if SPECOPS_ISA == 0
+using Native = simd::Scalar;
+#define SPECOPS_PASSES_TABLE kPassesScalar
+#define SPECOPS_PASSES_NAME "scalar"
+#elif SPECOPS_ISA == 1
+using Native = simd::Sse2;
+#define SPECOPS_PASSES_TABLE kPassesSse2
+#define SPECOPS_PASSES_NAME "sse2"
+#elif SPECOPS_ISA == 2
+using Native = simd::Avx2;
+#define SPECOPS_PASSES_TABLE kPassesAvx2
+#define SPECOPS_PASSES_NAME "avx2"
+#else
+#error "SPECOPS_ISA must be 0 (scalar), 1 (sse2) or 2 (avx2)"
+#endif
+
+// Number of elements of [i, n) covered by whole vectors, at most `cap` vectors.
+template <class S>
+inline int64_t vec_span(int64_t i, int64_t n, int64_t cap) {
+  const int64_t nv = (n - i) / S::W;
+  return (nv < cap ? nv : cap) * S::W;
+}
+
+// ------------------------------------------------------------------ exact 20-bit digit sums
+template <class S>
+inline void add_mass(typename S::F e, typename S::I& hi, typename S::I& lo) {
+  const typename S::F s20 = S::splat(0x1p20f);
+  const typename S::F y = e * s20;
+  const typename S::I h = to_int(y);
+  hi = hi + h;
+  lo = lo + to_int((y - to_float(h)) * s20);
+}
+
+template <class S>
+inline uint64_t fold_mass(typename S::I hi, typename S::I lo) {
+  int32_t h[S::W], l[S::W];
+  store(h, hi);
+  store(l, lo);
+  uint64_t sum = 0;
+  for (int k = 0; k < S::W; ++k) sum += (uint64_t(uint32_t(h[k])) << 20) + uint32_t(l[k]);
+  return sum;
+}
+
+// The exact mass of the vectors e_at(i) returns for each whole vector i of [i, V): digits
+// summed in int32 lanes per kLaneBlock vectors, then in uint64.  Advances i.
+template <class S, class EAt>
+inline uint64_t sum_mass(int64_t& i, int64_t V, EAt&& e_at) {
+  uint64_t total = 0;
+  while (i + S::W <= V) {
+    const int64_t end = i + vec_span<S>(i, V, kLaneBlock);
+    typename S::I hi = S::splat_i(0), lo = hi;
+    for (; i < end; i += S::W) add_mass<S>(e_at(i), hi, lo);
+    total += fold_mass<S>(hi, lo);
+  }
+  return total;
+}
+
+template <class S>
+inline float hmax(typename S::F x) {
+  float lane[S::W];
+  store(lane, x);
+  float m = -kInf;
+  for (int k = 0; k < S::W; ++k) m = lane[k] > m ? lane[k] : m;
+  return m;
+}
+
+// ------------------------------------------------------------------ pass 1: scale, flags, max
+// Only NaN is tracked per element: for a NaN-free row, "+inf present" is max == +inf and
+// "all -inf" is max == -inf.  (For inv_t > 0 the flags of l are those of x = l * inv_t.)
+struct Scan {
+  bool nan;
+  float mx;
+};
+
+template <class S, bool STORE>
+Scan scan(const float* src, float* dst, int64_t V, float inv_t) {
+  using F = typename S::F;
+  const F vit = S::splat(inv_t);
+  F mx0 = S::splat(-kInf), mx1 = mx0;
+  typename S::M nan = unord(S::splat(0.0f), S::splat(0.0f));  // all false
+  int64_t i = 0;
+  for (; i + 2 * S::W <= V; i += 2 * S::W) {  // two chains: max has latency
+    const F x0 = S::load(src + i) * vit, x1 = S::load(src + i + S::W) * vit;
+    if (STORE) {
+      store(dst + i, x0);
+      store(dst + i + S::W, x1);
+    }
+    nan = nan | unord(x0, x1);
+    mx0 = max(mx0, x0);
+    mx1 = max(mx1, x1);
+  }
+  for (; i + S::W <= V; i += S::W) {
+    const F x0 = S::load(src + i) * vit;
+    if (STORE) store(dst + i, x0);
+    nan = nan | unord(x0, x0);
+    mx0 = max(mx0, x0);
+  }
+  Scan r{any(nan), hmax<S>(max(mx0, mx1))};
+  if constexpr (S::W > 1) {
+    if (i < V) {
+      const Scan t = scan<Scalar, STORE>(src + i, STORE ? dst + i : nullptr, V - i, inv_t);
+      r.nan |= t.nan;
+      r.mx = t.mx > r.mx ? t.mx : r.mx;
+    }
+  }
+  return r;
+}
+
+RowScan scale_max(const float* src, float* dst, int64_t V, float inv_t) {
+  const Scan s = dst ? scan<Native, true>(src, dst, V, inv_t)
+                     : scan<Native, false>(src, nullptr, V, inv_t);
+  RowScan r;
+  r.bad = s.nan || s.mx == kInf;
+  r.allneg = s.mx == -kInf;
+  r.mx = s.mx;
+  return r;
+}
+
+// ------------------------------------------------------------------ pass 2: exp and mass
+// SPARSE (top-k rows): vectors entirely below thr are zeroed without the exp.  Without a
+// threshold (thr = -inf) the compare is dropped: x >= -inf holds for every x of a NaN-free
+// row, and pexp(-inf - m) = 0.
+template <class S, bool SPARSE>
+uint64_t exp_t(float* x, int64_t V, float m, float thr) {
+  using F = typename S::F;
+  const F vm = S::splat(m), vthr = S::splat(thr), zero = S::splat(0.0f);
+  int64_t i = 0;
+  uint64_t total = sum_mass<S>(i, V, [&](int64_t k) {
+    const F xv = S::load(x + k);
+    F e;
+    if (SPARSE) {
+      const typename S::M in = ge(xv, vthr);
+      e = any(in) ? keep(in, pexp_v<S>(xv - vm)) : zero;
+    } else {
+      e = pexp_v<S>(xv - vm);
+    }
+    store(x + k, e);
+    return e;
+  });
+  if constexpr (S::W > 1) total += exp_t<Scalar, SPARSE>(x + i, V - i, m, thr);
+  return total;
+}
+
+uint64_t exp_pass(float* x, int64_t V, float m, float thr) {
+  return thr == -kInf ? exp_t<Native, false>(x, V, m, thr) : exp_t<Native, true>(x, V, m, thr);
+}
+
+template <class S>
+uint64_t masked_mass_t(const float* e, int64_t V, float cut) {
+  const typename S::F vc = S::splat(cut);
+  int64_t i = 0;
+  uint64_t total = sum_mass<S>(i, V, [&](int64_t k) {
+    const typename S::F ev = S::load(e + k);
+    return keep(ge(ev, vc), ev);
+  });
+  if constexpr (S::W > 1) total += masked_mass_t<Scalar>(e + i, V - i, cut);
+  return total;
+}
+
+uint64_t masked_mass(const float* e, int64_t V, float cut) {
+  return masked_mass_t<Native>(e, V, cut);
+}
+
+// ------------------------------------------------------------------ probabilities
+// Vectors of masked tokens (all below cut, or all zero) skip the float64 division.
+template <class S>
+void materialize_t(float* e, int64_t V, float cut, double sd) {
+  using F = typename S::F;
+  const F vcut = S::splat(cut), fmin = S::splat(FLT_MIN_F32), zero = S::splat(0.0f);
+  int64_t i = 0;
+  for (; i + S::W <= V; i += S::W) {
+    const F ev = S::load(e + i);
+    const typename S::M in = ge(ev, vcut);
+    if (!any(in & ne_u(ev, zero))) {
+      store(e + i, zero);
+      continue;
+    }
+    const F p = mul_div_f64(ev, kEScale, sd);
+    store(e + i, keep(in & ge(p, fmin), p));
+  }
+  if constexpr (S::W > 1) materialize_t<Scalar>(e + i, V - i, cut, sd);
+}
+
+void materialize(float* e, int64_t V, float cut, double sd) { materialize_t<Native>(e, V, cut, sd); }
+
+// ------------------------------------------------------------------ candidate gathers
+template <class S>
+int64_t gather_ge_t(const float* x, int64_t n, float thr, float* out) {
+  const typename S::F vt = S::splat(thr);
+  int64_t c = 0, i = 0;
+  for (; i + S::W <= n; i += S::W) {
+    const typename S::F v = S::load(x + i);
+    const typename S::M in = ge(v, vt);
+    if (any(in)) c += compress(out + c, v, in);
+  }
+  if constexpr (S::W > 1) c += gather_ge_t<Scalar>(x + i, n - i, thr, out + c);
+  return c;
+}
+
+int64_t gather_ge(const float* x, int64_t n, float thr, float* out) {
+  return gather_ge_t<Native>(x, n, thr, out);
+}
+
+// order_key(bits) = bits ^ (sign ? 0xffffffff : 0x80000000): unsigned order = float order.
+template <class S, bool ORDERED>
+int64_t gather_key_t(const float* x, int64_t n, int shift, uint32_t mask, uint32_t key,
+                     float* out) {
+  using I = typename S::I;
+  const I vkey = S::splat_i(int32_t(key)), vmask = S::splat_i(int32_t(mask)),
+          sign = S::splat_i(INT32_MIN);
+  int64_t c = 0, i = 0;
+  for (; i + S::W <= n; i += S::W) {
+    const typename S::F v = S::load(x + i);
+    I u = as_int(v);
+    if (ORDERED) u = u ^ (sra31(u) | sign);
+    const typename S::M hit = eq(srl(u, shift) & vmask, vkey);
+    if (any(hit)) c += compress(out + c, v, hit);
+  }
+  if constexpr (S::W > 1) c += gather_key_t<Scalar, ORDERED>(x + i, n - i, shift, mask, key, out + c);
+  return c;
+}
+
+int64_t gather_key(const float* x, int64_t n, bool ordered, int shift, uint32_t mask,
+                   uint32_t key, float* out) {
+  return ordered ? gather_key_t<Native, true>(x, n, shift, mask, key, out)
+                 : gather_key_t<Native, false>(x, n, shift, mask, key, out);
+}
+
+template <class S>
+int64_t band_t(const float* e, int64_t V, float lo, float hi, float* out, uint64_t* mass) {
+  using F = typename S::F;
+  const F vlo = S::splat(lo), vhi = S::splat(hi);
+  int64_t n = 0, i = 0;
+  uint64_t M = sum_mass<S>(i, V, [&](int64_t k) {
+    const F ev = S::load(e + k);
+    const typename S::M above = ge(ev, vlo);
+    n += compress(out + n, ev, above & lt(ev, vhi));
+    return keep(above, ev);
+  });
+  if constexpr (S::W > 1) {
+    uint64_t tail = 0;
+    n += band_t<Scalar>(e + i, V - i, lo, hi, out + n, &tail);
+    M += tail;
+  }
+  *mass = M;
+  return n;
+}
+
+int64_t band_pass(const float* e, int64_t V, float lo, float hi, float* out, uint64_t* mass) {
+  return band_t<Native>(e, V, lo, hi, out, mass);
+}
+
+// ------------------------------------------------------------------ draw weights
+// r = p > q ? p - max(q, 0) : 0 (HAS_Q) or r = p; the three 20-bit digits of
+// trunc(r * 2^60) over [i, end) added to d[]; returns where the whole vectors stopped.
+// Vectors of masked tokens (p == 0: top-k / top-p / min-p rows are mostly zeros) store r = 0
+// without reading q (a NaN p still takes the full path and its bad-row flag).
+template <class S, bool HAS_Q>
+int64_t weight_lanes(const float* p, const float* q, float* r, int64_t i, int64_t end,
+                     uint32_t d[3], bool& bad) {
+  using F = typename S::F;
+  using I = typename S::I;
+  const F s20 = S::splat(0x1p20f), one = S::splat(1.0f), zero = S::splat(0.0f);
+  I dh = S::splat_i(0), dm = dh, dl = dh;
+  typename S::M vbad = lt(zero, zero);  // all false
+  for (; i + S::W <= end; i += S::W) {
+    const F pv = S::load(p + i);
+    if (!any(ne_u(pv, zero))) {
+      store(r + i, zero);
+      continue;
+    }
+    F rv = pv;
+    if (HAS_Q) {
+      const F qv = S::load(q + i);
+      rv = keep(gt(pv, qv), pv - max(qv, zero));
+    }
+    store(r + i, rv);
+    const typename S::M ok = ge(rv, zero) & le(rv, one);
+    vbad = vbad | mnot(ok);
+    const F y1 = keep(ok, rv) * s20;
+    const I h = to_int(y1);
+    const F y2 = (y1 - to_float(h)) * s20;
+    const I m = to_int(y2);
+    dh = dh + h;
+    dm = dm + m;
+    dl = dl + to_int((y2 - to_float(m)) * s20);
+  }
+  int32_t lh[S::W], lm[S::W], ll[S::W];
+  store(lh, dh);
+  store(lm, dm);
+  store(ll, dl);
+  for (int k = 0; k < S::W; ++k) {
+    d[0] += uint32_t(lh[k]);
+    d[1] += uint32_t(lm[k]);
+    d[2] += uint32_t(ll[k]);
+  }
+  bad = bad || any(vbad);
+  return i;
+}
+
+template <bool HAS_Q>
+uint64_t weights_t(const float* p, const float* q, float* r, int64_t V, uint64_t* bsum,
+                   bool* bad) {
+  uint64_t total = 0;
+  bool b = false;
+  for (int64_t b0 = 0, k = 0; b0 < V; b0 += kDrawBlock, ++k) {
+    const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
+    uint32_t d[3] = {0, 0, 0};
+    const int64_t i = weight_lanes<Native, HAS_Q>(p, q, r, b0, b1, d, b);
+    if constexpr (Native::W > 1) weight_lanes<Scalar, HAS_Q>(p, q, r, i, b1, d, b);
+    bsum[k] = (uint64_t(d[0]) << 40) + (uint64_t(d[1]) << 20) + uint64_t(d[2]);
+    total += bsum[k];
+  }
+  *bad = b;
+  return total;
+}
+
+uint64_t weights(const float* p, const float* q, float* r, int64_t V, uint64_t* bsum,
+                 bool* bad) {
+  return q ? weights_t<true>(p, q, r, V, bsum, bad) : weights_t<false>(p, nullptr, r, V, bsum, bad);
+}
+
+}  // namespace
+
+extern const Passes SPECOPS_PASSES_TABLE = {
+    SPECOPS_PASSES_NAME, &scale_max,  &exp_pass,  &masked_mass, &materialize,
+    &gather_ge,          &gather_key, &band_pass, &weights,
+};
+
+}  // namespace specops

@@ -1,0 +1,81 @@
+// The vectorised row passes and the run-time ISA dispatch table.
+//
+// simd/passes.cpp is compiled once per ISA level (CMake: -DSPECOPS_ISA=0 scalar, 1 SSE2,
+// 2 AVX2 with -mavx2; only the scalar unit on non-x86 targets), each unit defining one
+// `Passes` table.  simd/isa.cpp picks the active table: the best level the CPU supports, or
+// the one named by SPECOPS_CPU_ISA=scalar|sse2|avx2.  Every level gives the same bits.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+namespace specops {
+
+// Extra floats every buffer written by a compressing pass must have beyond its count
+// (a vector store may write a full register at the current end).
+constexpr int64_t kSimdSlack = 16;
+
+// Lane block of the exact 20-bit-digit sums: each int32 lane adds at most kLaneBlock digits
+// < 2^21, so it cannot overflow (kLaneBlock * 2^21 <= 2^31).
+constexpr int64_t kLaneBlock = 256;
+
+// Block of the inverse-CDF draw: weights are summed per block of kDrawBlock tokens (three
+// 20-bit digits, each lane adds at most kDrawBlock digits <= 2^20) so that the draw's scan
+// touches one block only.
+constexpr int64_t kDrawBlock = 1024;
+
+// Pass 1 of a logits row: x = l * inv_t; bad = NaN or +inf present, allneg = every x is -inf.
+struct RowScan {
+  bool bad = false;
+  bool allneg = true;
+  float mx = -__builtin_inff();
+};
+
+struct Passes {
+  const char* name;
+  // x = src * inv_t (stored to dst unless dst is null), with its flags and max
+  RowScan (*scale_max)(const float* src, float* dst, int64_t V, float inv_t);
+  // in place: e = x >= thr ? pexp(x - m) : 0; returns sum of trunc(e * 2^40)
+  uint64_t (*exp_pass)(float* x, int64_t V, float m, float thr);
+  // sum of trunc(e * 2^40) over e >= cut
+  uint64_t (*masked_mass)(const float* e, int64_t V, float cut);
+  // in place: p = e >= cut ? flush(float32(float64(e) * 2^40 / sd)) : 0
+  void (*materialize)(float* e, int64_t V, float cut, double sd);
+  // appends the x >= thr to out; returns the count
+  int64_t (*gather_ge)(const float* x, int64_t n, float thr, float* out);
+  // appends the x whose key ((ordered ? order_key(bits) : bits) >> shift) & mask == key
+  int64_t (*gather_key)(const float* x, int64_t n, bool ordered, int shift, uint32_t mask,
+                        uint32_t key, float* out);
+  // *mass = sum of trunc(e * 2^40) over e >= lo; appends the lo <= e < hi to out
+  int64_t (*band_pass)(const float* e, int64_t V, float lo, float hi, float* out,
+                       uint64_t* mass);
+  // r = residual (q given) or p; weights trunc(r * 2^60) summed per kDrawBlock into
+  // block_sums; *bad when some r is outside [0, 1]; returns the total
+  uint64_t (*weights)(const float* p, const float* q, float* r, int64_t V,
+                      uint64_t* block_sums, bool* bad);
+};
+
+// Levels, lowest first.  The tables a build contains (see isa.cpp).
+extern const Passes kPassesScalar;
+#if defined(SPECOPS_WITH_SSE2)
+extern const Passes kPassesSse2;
+#endif
+#if defined(SPECOPS_WITH_AVX2)
+extern const Passes kPassesAvx2;
+#endif
+
+// The active table (never null).
+const Passes& passes();
+// Name of the active level; throws std::invalid_argument while SPECOPS_CPU_ISA names a level
+// that is unknown or unsupported (until set_isa is called).
+std::string isa();
+// Throws std::invalid_argument (message naming SPECOPS_CPU_ISA) if the environment asked for
+// a level that cannot run here.
+void check_isa_env();
+// Switch level in-process (tests); throws std::invalid_argument for an unknown or
+// unsupported level.  Not thread-safe with kernels running.
+void set_isa(const std::string& name);
+// Levels this build contains and this CPU runs, lowest first.
+std::vector<std::string> available_isas();
+
+}  // namespace specops

@@ -1,0 +1,61 @@
+// Vec types, AVX2 level: eight float32 lanes (see vec_scalar.h for the contract of each op).
+// Only separately rounded mul/add/sub are used: never FMA (the unit is built without -mfma).
+#pragma once
+#include <immintrin.h>
+
+#include <cstdint>
+
+#include "simd/vec_x86.h"
+
+namespace specops {
+namespace simd {
+namespace {
+namespace avx2 {
+
+SPECOPS_X86_VEC_OPS(_mm256, 256, __m256i)
+
+inline M ge(F a, F b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_GE_OQ)}; }
+inline M gt(F a, F b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_GT_OQ)}; }
+inline M lt(F a, F b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_LT_OQ)}; }
+inline M le(F a, F b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_LE_OQ)}; }
+inline M ne_u(F a, F b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_NEQ_UQ)}; }
+inline M unord(F a, F b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_UNORD_Q)}; }
+
+inline F mul_div_f64(F e, double sc, double sd) {
+  const __m256d vsc = _mm256_set1_pd(sc), vsd = _mm256_set1_pd(sd);
+  const __m256d lo =
+      _mm256_div_pd(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(e.v)), vsc), vsd);
+  const __m256d hi =
+      _mm256_div_pd(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(e.v, 1)), vsc), vsd);
+  return {_mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo))};
+}
+
+// Lane indices of each 8-bit selection mask, packed to the front (for permutevar8x32).
+struct CompressLut {
+  int32_t idx[256][8];
+  constexpr CompressLut() : idx() {
+    for (int m = 0; m < 256; ++m) {
+      int n = 0;
+      for (int b = 0; b < 8; ++b)
+        if (m >> b & 1) idx[m][n++] = b;
+      while (n < 8) idx[m][n++] = 0;
+    }
+  }
+};
+alignas(32) constexpr CompressLut kCompressLut{};
+
+inline int compress(float* dst, F x, M m) {
+  const int bits = movemask(m);
+  const __m256i idx =
+      _mm256_loadu_si256(reinterpret_cast<const __m256i*>(kCompressLut.idx[bits]));
+  _mm256_storeu_ps(dst, _mm256_permutevar8x32_ps(x.v, idx));
+  return __builtin_popcount(unsigned(bits));
+}
+
+}  // namespace avx2
+
+SPECOPS_X86_VEC_TAG(Avx2, avx2, _mm256, 8)
+
+}  // namespace
+}  // namespace simd
+}  // namespace specops

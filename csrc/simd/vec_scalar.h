@@ -1,0 +1,93 @@
+// Vec types, scalar level: one lane.  What non-x86 builds compile, the tails of the SIMD
+// loops, and the SPECOPS_CPU_ISA=scalar level.  Same operations, same rounding as the SSE2
+// and AVX2 headers; every routine in simd/passes.cpp is written once over these types.
+//
+// Everything here has internal linkage (anonymous namespace): the file is compiled into each
+// per-ISA translation unit with that unit's flags, and no copy built with -mavx2 may be
+// shared with another unit by the linker.
+#pragma once
+#include <cstdint>
+#include <cstring>
+
+namespace specops {
+namespace simd {
+namespace {
+namespace scalar {
+
+struct F {
+  float v;
+};
+struct I {
+  int32_t v;
+};
+struct M {
+  bool v;
+};
+
+inline F operator+(F a, F b) { return {a.v + b.v}; }
+inline F operator-(F a, F b) { return {a.v - b.v}; }
+inline F operator*(F a, F b) { return {a.v * b.v}; }
+inline F max(F a, F b) { return {a.v > b.v ? a.v : b.v}; }  // x86 maxps: b unless a > b
+inline M ge(F a, F b) { return {a.v >= b.v}; }
+inline M gt(F a, F b) { return {a.v > b.v}; }
+inline M lt(F a, F b) { return {a.v < b.v}; }
+inline M le(F a, F b) { return {a.v <= b.v}; }
+inline M ne_u(F a, F b) { return {!(a.v == b.v)}; }  // true where either is NaN
+inline M unord(F a, F b) { return {a.v != a.v || b.v != b.v}; }
+inline M operator&(M a, M b) { return {a.v && b.v}; }
+inline M operator|(M a, M b) { return {a.v || b.v}; }
+inline M mnot(M a) { return {!a.v}; }
+inline bool any(M a) { return a.v; }
+inline int movemask(M a) { return int(a.v); }
+inline F keep(M m, F x) { return {m.v ? x.v : 0.0f}; }  // x where m, +0 elsewhere
+
+// float -> int32 truncation; out of range / NaN gives INT32_MIN, as cvttps2dq does.
+inline I to_int(F x) {
+  return {(x.v >= -2147483648.0f && x.v < 2147483648.0f) ? int32_t(x.v) : INT32_MIN};
+}
+inline F to_float(I x) { return {float(x.v)}; }
+inline I operator+(I a, I b) { return {int32_t(uint32_t(a.v) + uint32_t(b.v))}; }
+inline I operator&(I a, I b) { return {a.v & b.v}; }
+inline I operator|(I a, I b) { return {a.v | b.v}; }
+inline I operator^(I a, I b) { return {a.v ^ b.v}; }
+inline I shl23(I a) { return {int32_t(uint32_t(a.v) << 23)}; }
+inline I srl(I a, int n) { return {int32_t(uint32_t(a.v) >> n)}; }
+inline I sra31(I a) { return {a.v < 0 ? -1 : 0}; }
+inline M eq(I a, I b) { return {a.v == b.v}; }
+inline I as_int(F x) {
+  I r;
+  std::memcpy(&r.v, &x.v, 4);
+  return r;
+}
+inline F as_float(I x) {
+  F r;
+  std::memcpy(&r.v, &x.v, 4);
+  return r;
+}
+
+inline void store(float* p, F x) { *p = x.v; }
+inline void store(int32_t* p, I x) { *p = x.v; }
+// float32(float64(e) * sc / sd) per lane (correctly rounded float64 mul and div)
+inline F mul_div_f64(F e, double sc, double sd) { return {float(double(e.v) * sc / sd)}; }
+// Writes the lanes of x selected by m to dst, in order; returns how many.  May write up to
+// W floats at dst whatever m is (callers keep kSimdSlack floats of room).
+inline int compress(float* dst, F x, M m) {
+  *dst = x.v;
+  return int(m.v);
+}
+
+}  // namespace scalar
+
+struct Scalar {
+  static constexpr int W = 1;
+  using F = scalar::F;
+  using I = scalar::I;
+  using M = scalar::M;
+  static F load(const float* p) { return {*p}; }
+  static F splat(float x) { return {x}; }
+  static I splat_i(int32_t x) { return {x}; }
+};
+
+}  // namespace
+}  // namespace simd
+}  // namespace specops

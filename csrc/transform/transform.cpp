@@ -1,0 +1,129 @@
+// The target transform over one row (reference section 2): scale + checks, top-k threshold,
+// exp and integer mass, top-p / min-p cut, probabilities.  The passes over the row run through
+// the active ISA table (simd/passes.h); the selects are in topk_select.cpp / topp_select.cpp.
+#include "transform/transform.h"
+
+#include <algorithm>
+#include <cstring>
+
+#include "core/float_bits.h"
+#include "core/parallel.h"
+#include "core/rows.h"
+#include "simd/passes.h"
+
+namespace specops {
+
+float RowP::operator()(int64_t i) const {
+  const float ei = e[i];
+  const float p = float(double(ei) * kEScale / sd);
+  return (ei >= cut && p >= FLT_MIN_F32) ? p : 0.0f;
+}
+
+void RowP::materialize(int64_t V) {
+  passes().materialize(e, V, cut, sd);
+  cut = -kInf;  // e now holds p itself: float(p * 2^40 / 2^40) = p
+  sd = kEScale;
+}
+
+bool probs_row_valid(const float* p, int64_t V) {
+  int bad = 0;
+  uint64_t mass = 0;
+  for (int64_t i = 0; i < V; ++i) {
+    const float v = p[i];
+    const bool ok = v >= 0.0f && v <= 1.0f;
+    bad |= int(!ok);
+    mass += uint64_t(int64_t(double(ok ? v : 0.0f) * 0x1p32));
+  }
+  if (bad) return false;
+  const int64_t m = int64_t(mass);
+  return m > 0 && m <= (int64_t(1) << (P_CHECK_BITS + 2));
+}
+
+int64_t argmax_f32(const float* p, int64_t V) {
+  if (V <= 0) return -1;
+  float mx = p[0];
+  for (int64_t i = 1; i < V; ++i) mx = p[i] > mx ? p[i] : mx;
+  for (int64_t i = 0; i < V; ++i)
+    if (p[i] == mx) return i;
+  return 0;
+}
+
+bool transform_row(const Mat& m, int64_t r, float inv_t, int64_t top_k, float top_p,
+                   float min_p, float* ebuf, Work& w, RowP& out) {
+  const int64_t V = m.cols;
+  if (V <= 0 || !(inv_t > 0.0f)) return false;
+  const Passes& ps = passes();
+  // pass 1: x = l * inv_t into ebuf, validity, max
+  const RowScan scan = ps.scale_max(row_as_f32(m, r, V, ebuf), ebuf, V, inv_t);
+  if (scan.bad || scan.allneg) return false;
+  // top-k: keep x >= the k-th largest x (ties kept)
+  const float thr = (top_k > 0 && top_k < V) ? topk_threshold(ebuf, V, top_k, w) : -kInf;
+  // pass 2: e = pexp(x - m) for kept tokens, S = sum trunc(e * 2^40)
+  uint64_t S = ps.exp_pass(ebuf, V, scan.mx, thr);
+  // top-p, then min-p: one cut on e; S' = the mass kept
+  float cut = 0.0f;
+  int64_t kept = kKeptUnknown;
+  if (top_p < 1.0f) {
+    const TopP tp = top_p_select(ebuf, V, top_p, int64_t(S), w);
+    cut = tp.tau;
+    kept = tp.kept;
+  }
+  if (min_p > 0.0f && min_p > cut) {
+    cut = min_p;
+    kept = kKeptUnknown;
+  }
+  if (top_p < 1.0f || min_p > 0.0f)
+    S = kept != kKeptUnknown ? uint64_t(kept) : ps.masked_mass(ebuf, V, cut);
+  out.e = ebuf;
+  out.cut = cut;
+  out.sd = double(int64_t(S));
+  return true;
+}
+
+int64_t greedy_argmax_row(const Mat& m, int64_t r, float* buf) {
+  const int64_t V = m.cols;
+  if (V <= 0) return -1;
+  const float* src = row_as_f32(m, r, V, buf);
+  const RowScan scan = passes().scale_max(src, nullptr, V, 1.0f);
+  if (scan.bad || scan.allneg) return -1;
+  for (int64_t i = 0; i < V; ++i)
+    if (src[i] == scan.mx) return i;
+  return -1;
+}
+
+// ------------------------------------------------------------------ entry points
+void sampling_probs(const Mat& lg, const TransformParams& prm, float* out_probs,
+                    uint8_t* out_valid) {
+  const int64_t V = lg.cols;
+  parallel_for(lg.rows, [&](int64_t i) {
+    float* out = out_probs + i * V;
+    out_valid[i] = 0;
+    const float inv_t = prm.inv_temp[i];
+    if (inv_t == 0.0f) {
+      const int64_t am = greedy_argmax_row(lg, i, out);
+      std::fill(out, out + V, 0.0f);
+      if (am >= 0) {
+        out[am] = 1.0f;
+        out_valid[i] = 1;
+      }
+      return;
+    }
+    RowP P;
+    if (!transform_row(lg, i, inv_t, prm.top_k[i], prm.top_p[i], prm.min_p[i], out, work(), P)) {
+      std::fill(out, out + V, 0.0f);
+      return;
+    }
+    P.materialize(V);  // in place over e
+    out_valid[i] = 1;
+  });
+}
+
+void pexp_array(const float* in, float* out, int64_t n) {
+  // Through the same vectorised pass the transform uses (pexp(x - 0) == pexp(x) bitwise), so
+  // that the tests hold every ISA level's exp to the reference too.
+  if (n <= 0) return;
+  std::memcpy(out, in, size_t(n) * sizeof(float));
+  (void)passes().exp_pass(out, n, 0.0f, -kInf);
+}
+
+}  // namespace specops

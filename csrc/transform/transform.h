@@ -1,0 +1,42 @@
+// The target transform (logits -> probabilities, reference section 2) and the row checks.
+#pragma once
+#include <cstdint>
+
+#include "core/workspace.h"
+#include "kernels.h"
+
+namespace specops {
+
+// Probabilities of a transformed row, evaluated lazily from e:
+// p_i = e_i >= cut ? flush(float32(float64(e_i) * 2^40 / float64(S'))) : 0.
+struct RowP {
+  float* e = nullptr;
+  float cut = 0.0f;
+  double sd = 1.0;
+  float operator()(int64_t i) const;
+  // p over the whole row, in place over e (afterwards e holds p and cut / sd are neutral)
+  void materialize(int64_t V);
+};
+
+// Transforms row r of m (non-greedy: inv_t > 0) into ebuf; false if the row is invalid
+// (or inv_t is not > 0, outside the canonical arguments).
+bool transform_row(const Mat& m, int64_t r, float inv_t, int64_t top_k, float top_p,
+                   float min_p, float* ebuf, Work& w, RowP& out);
+
+// Greedy rows: the lowest-index argmax of row r of logits, -1 if the row is invalid.
+int64_t greedy_argmax_row(const Mat& m, int64_t r, float* buf);
+
+// Probability rows: every entry in [0, 1] and 0 < sum trunc(p * 2^32) <= 2^34.
+bool probs_row_valid(const float* p, int64_t V);
+int64_t argmax_f32(const float* p, int64_t V);
+
+// The thresholds (transform/topk_select.cpp, transform/topp_select.cpp).
+float topk_threshold(const float* x, int64_t V, int64_t k, Work& w);
+struct TopP {
+  float tau;
+  int64_t kept;  // S' = sum of E over e >= tau, or kKeptUnknown: the caller sums it
+};
+constexpr int64_t kKeptUnknown = -1;
+TopP top_p_select(const float* e, int64_t V, float top_p, int64_t S, Work& w);
+
+}  // namespace specops

@@ -1,0 +1,188 @@
+// The verify walk (reference section 1), one request at a time:
+//
+//   plain mode:  for j < kb: accept test at j; on a rejection, the residual draw at j; stop.
+//                If every draft is accepted, the bonus draw at kb.
+//   forced mode: positions j < j* = min(a, kb) are taken as accepted without reading any
+//                row; at j* the bonus draw (j* == kb) or the rejection draw (j* < kb).
+//
+// A target row the walk needs that is invalid (or out of bounds) ends the request: accepted
+// drafts, then -1; valid = false.
+#include <algorithm>
+#include <limits>
+
+#include "core/parallel.h"
+#include "core/philox.h"
+#include "core/rows.h"
+#include "draw/draw.h"
+#include "transform/transform.h"
+#include "verify/request.h"
+
+namespace specops {
+namespace {
+
+enum class Verdict { kAccept, kReject, kInvalid };
+
+class Walk {
+ public:
+  Walk(const VerifyArgs& a, int64_t b, Work& w)
+      : a_(a), r_(a, b), w_(w), out_(a.out_tokens + b * (a.max_k + 1)), b_(b) {
+    std::fill(out_, out_ + a.max_k + 1, -1);
+    a.out_num_accepted[b] = 0;
+    a.out_valid[b] = 0;
+  }
+
+  void run() {
+    const int64_t kb = r_.block.kb;
+    if (r_.forced) {
+      if (r_.forced_accepted < 0) return finish(0, -1);
+      const int64_t js = std::min(r_.forced_accepted, kb);
+      for (int64_t j = 0; j < js; ++j) out_[j] = int32_t(draft_id(j));
+      if (!r_.target_row_ok(js)) return finish(js, -1);
+      Position pos(*this, js);
+      return finish(js, js == kb ? bonus_draw(pos) : rejection_draw(pos));
+    }
+    for (int64_t j = 0; j < kb; ++j) {
+      if (!r_.target_row_ok(j)) return finish(j, -1);
+      Position pos(*this, j);
+      const Verdict v = accept_test(pos);
+      if (v == Verdict::kAccept) {
+        out_[j] = int32_t(pos.y);
+        continue;
+      }
+      return finish(j, v == Verdict::kInvalid ? -1 : rejection_draw(pos));
+    }
+    if (!r_.target_row_ok(kb)) return finish(kb, -1);
+    Position pos(*this, kb);
+    finish(kb, bonus_draw(pos));
+  }
+
+ private:
+  enum class State { kUnread, kValid, kInvalid };
+
+  // What the walk has read at position j (rows are read lazily, at most once).
+  struct Position {
+    int64_t j;
+    int64_t y;                        // draft id (-1 at kb)
+    const float* tprob = nullptr;     // target row (target_is_probs)
+    State target = State::kUnread;    // full target row checked (and transformed)
+    RowP P;                           // transformed target row (logits)
+    int64_t argmax = -1;              // greedy requests
+    bool draft_read = false;
+    const float* dprob = nullptr;     // draft probability row
+    RowP Q;                           // transformed draft row (draft logits)
+    bool q_nan = false;               // invalid draft logits row: q = NaN everywhere
+    float q_y = 1.0f;
+
+    Position(const Walk& wk, int64_t j_) : j(j_), y(j_ < wk.r_.block.kb ? wk.draft_id(j_) : -1) {
+      if (wk.a_.target_is_probs) tprob = f32_row(wk.a_.target, wk.r_.t0 + j);
+    }
+  };
+
+  int64_t draft_id(int64_t j) const { return a_.draft_ids[r_.d0 + j]; }
+
+  // The full target row p_j: checked in full (and transformed, or its argmax for greedy
+  // requests); false if it is invalid.
+  bool target_p(Position& pos) {
+    if (pos.target == State::kUnread) {
+      const int64_t row = r_.t0 + pos.j;
+      bool ok;
+      if (r_.greedy) {
+        if (a_.target_is_probs)
+          pos.argmax = probs_row_valid(pos.tprob, r_.V) ? argmax_f32(pos.tprob, r_.V) : -1;
+        else
+          pos.argmax = greedy_argmax_row(a_.target, row, grow(w_.et, r_.V));
+        ok = pos.argmax >= 0;
+      } else if (a_.target_is_probs) {
+        ok = probs_row_valid(pos.tprob, r_.V);
+      } else {
+        ok = transform_row(a_.target, row, r_.inv_t, r_.top_k, r_.top_p, r_.min_p,
+                           grow(w_.et, r_.V), w_, pos.P);
+      }
+      pos.target = ok ? State::kValid : State::kInvalid;
+    }
+    return pos.target == State::kValid;
+  }
+
+  // p_j as an array (after target_p succeeded, non-greedy)
+  const float* p_row(Position& pos) {
+    if (a_.target_is_probs) return pos.tprob;
+    pos.P.materialize(r_.V);
+    return pos.P.e;
+  }
+
+  void read_draft(Position& pos) {
+    if (pos.draft_read || !a_.draft.ptr) return;
+    pos.draft_read = true;
+    const int64_t row = r_.d0 + pos.j;
+    if (a_.draft_is_probs) {
+      pos.dprob = f32_row(a_.draft, row);
+      pos.q_y = pos.dprob[pos.y];
+    } else if (transform_row(a_.draft, row, r_.inv_t, r_.top_k, r_.top_p, r_.min_p,
+                             grow(w_.ed, r_.V), w_, pos.Q)) {
+      pos.q_y = pos.Q(pos.y);
+    } else {
+      pos.q_nan = true;
+      pos.q_y = std::numeric_limits<float>::quiet_NaN();
+    }
+  }
+
+  // Accept y_j iff u_j * q_j(y_j) < p_j(y_j) (greedy: iff y_j is the argmax).  With target
+  // probabilities only p_j(y_j) is read here.
+  Verdict accept_test(Position& pos) {
+    float p_y;
+    if (r_.greedy || !a_.target_is_probs) {
+      if (!target_p(pos)) return Verdict::kInvalid;
+      if (r_.greedy) return pos.y == pos.argmax ? Verdict::kAccept : Verdict::kReject;
+      p_y = pos.P(pos.y);
+    } else {
+      p_y = pos.tprob[pos.y];
+    }
+    read_draft(pos);
+    const double u = accept_uniform(r_.seed, r_.offset, uint64_t(pos.j));
+    return u * double(pos.q_y) < double(p_y) ? Verdict::kAccept : Verdict::kReject;
+  }
+
+  // After a rejection at j: a draw from the residual of p_j and q_j (greedy: the argmax).
+  int64_t rejection_draw(Position& pos) {
+    if (!target_p(pos)) return -1;
+    if (r_.greedy) return pos.argmax;
+    read_draft(pos);
+    const float* p = p_row(pos);
+    const uint64_t U = sample_uniform64(r_.seed, r_.offset, uint64_t(pos.j));
+    if (!a_.draft.ptr) return draw(p, nullptr, pos.y, r_.V, U, w_);  // point mass at y
+    if (a_.draft_is_probs) return draw(p, pos.dprob, -1, r_.V, U, w_);
+    if (pos.q_nan) return draw(p, nullptr, -1, r_.V, U, w_);  // no residual mass: p
+    pos.Q.materialize(r_.V);
+    return draw(p, pos.Q.e, -1, r_.V, U, w_);
+  }
+
+  // Bonus / end of block at j = kb: a draw from p_j (greedy: the argmax).
+  int64_t bonus_draw(Position& pos) {
+    if (!target_p(pos)) return -1;
+    if (r_.greedy) return pos.argmax;
+    return draw(p_row(pos), nullptr, -1, r_.V, sample_uniform64(r_.seed, r_.offset, uint64_t(pos.j)),
+                w_);
+  }
+
+  void finish(int64_t j, int64_t token) {
+    a_.out_num_accepted[b_] = int32_t(j);
+    if (token >= 0 && token < r_.V && j <= a_.max_k) {
+      out_[j] = int32_t(token);
+      a_.out_valid[b_] = 1;
+    }
+  }
+
+  const VerifyArgs& a_;
+  const RequestView r_;
+  Work& w_;
+  int32_t* out_;
+  int64_t b_;
+};
+
+}  // namespace
+
+void verify(const VerifyArgs& a) {
+  parallel_for(a.B, [&](int64_t b) { Walk(a, b, work()).run(); });
+}
+
+}  // namespace specops
