@@ -3,6 +3,8 @@
 //
 //   matrix view  (address, dtype code, rows, cols, row stride)  or None (absent)
 //   column view  (address, element stride, dtype code)          (stride 0: a broadcast value)
+//                or a Python int / float: one value for every request, stored in the call's
+//                own scalar slots (the per-call cost of a scalar is one conversion)
 //
 // Every view is checked here, with the GIL held (errors are ValueError); the kernels then
 // run with the GIL released and bounds-check every row index they derive from the data.
@@ -67,9 +69,26 @@ Mat matrix(py::handle t, const char* what, bool probs) {
   return m;
 }
 
-IntCol int_column(py::handle t, const char* what, int64_t n) {
+// A Python number for a column: stored in `slot` (alive for the call), read with stride 0.
+bool scalar_slot(py::handle t, const char* what, int64_t* slot) {
+  PyObject* o = t.ptr();
+  if (!PyLong_Check(o) || PyBool_Check(o)) return false;
+  *slot = PyLong_AsLongLong(o);
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    fail(std::string(what) + ": the value does not fit int64");
+  }
+  return true;
+}
+
+IntCol int_column(py::handle t, const char* what, int64_t n, int64_t* slot = nullptr) {
   IntCol c;
   if (t.is_none()) return c;
+  if (slot && scalar_slot(t, what, slot)) {
+    c.ptr = slot;
+    c.stride = 0;
+    return c;
+  }
   const auto v = ints<3>(t, what);
   if (v[2] != specops::kI32 && v[2] != specops::kI64) fail(std::string(what) + ": must be int32 or int64");
   if (!v[0] && n > 0) fail(std::string(what) + ": null address");
@@ -79,7 +98,14 @@ IntCol int_column(py::handle t, const char* what, int64_t n) {
   return c;
 }
 
-FloatCol float_column(py::handle t, const char* what, int64_t n) {
+FloatCol float_column(py::handle t, const char* what, int64_t n, float* slot = nullptr) {
+  if (slot && PyFloat_Check(t.ptr())) {  // the caller rounded it to float32 already
+    *slot = float(PyFloat_AS_DOUBLE(t.ptr()));
+    FloatCol c;
+    c.ptr = slot;
+    c.stride = 0;
+    return c;
+  }
   const auto v = ints<3>(t, what);
   if (v[2] != specops::kF32) fail(std::string(what) + ": must be float32");
   if (!v[0] && n > 0) fail(std::string(what) + ": null address");
@@ -101,12 +127,18 @@ void check_len(py::tuple t, size_t n, const char* what) {
   if (t.size() != n) fail(std::string(what) + " must be a tuple of " + std::to_string(n) + " columns");
 }
 
-specops::TransformParams transform_params(py::tuple cols, size_t at, int64_t n) {
+// Storage for the columns given as Python numbers, alive for one call.
+struct Scalars {
+  int64_t i[std::size(kRequestFields)] = {};
+  float f[std::size(kRowFields)] = {};
+};
+
+specops::TransformParams transform_params(py::tuple cols, size_t at, int64_t n, Scalars& s) {
   specops::TransformParams p;
-  p.inv_temp = float_column(item(cols, at), "inv_temp", n);
-  p.top_k = int_column(item(cols, at + 1), "top_k", n);
-  p.top_p = float_column(item(cols, at + 2), "top_p", n);
-  p.min_p = float_column(item(cols, at + 3), "min_p", n);
+  p.inv_temp = float_column(item(cols, at), "inv_temp", n, &s.f[0]);
+  p.top_k = int_column(item(cols, at + 1), "top_k", n, &s.i[at + 1]);
+  p.top_p = float_column(item(cols, at + 2), "top_p", n, &s.f[2]);
+  p.min_p = float_column(item(cols, at + 3), "min_p", n, &s.f[3]);
   if (n > 0 && !p.top_k.ptr) fail("top_k: missing");
   return p;
 }
@@ -165,6 +197,7 @@ PYBIND11_MODULE(_C, m) {
         if (B < 0 || max_k < 0 || num_ids < 0) fail("verify: B, max_k, num_ids must be >= 0");
         check_len(requests, std::size(kRequestFields), "verify: requests");
         specops::VerifyArgs a;
+        Scalars sc;
         a.target = matrix(target, "target", target_is_probs);
         a.target_is_probs = target_is_probs;
         a.draft = matrix(draft, "draft", draft_is_probs);
@@ -174,9 +207,9 @@ PYBIND11_MODULE(_C, m) {
         a.target_row_start = int_column(item(requests, 0), kRequestFields[0], B);
         a.draft_row_start = int_column(item(requests, 1), kRequestFields[1], B);
         a.num_draft = int_column(item(requests, 2), kRequestFields[2], B);
-        a.params = transform_params(requests, 3, B);
-        a.seed = int_column(item(requests, 7), kRequestFields[7], B);
-        a.offset = int_column(item(requests, 8), kRequestFields[8], B);
+        a.params = transform_params(requests, 3, B, sc);
+        a.seed = int_column(item(requests, 7), kRequestFields[7], B, &sc.i[7]);
+        a.offset = int_column(item(requests, 8), kRequestFields[8], B, &sc.i[8]);
         a.forced_num_accepted = int_column(item(requests, 9), kRequestFields[9], B);
         if (B > 0 && (!a.target_row_start.ptr || !a.draft_row_start.ptr || !a.num_draft.ptr ||
                       !a.seed.ptr || !a.offset.ptr))
@@ -195,7 +228,8 @@ PYBIND11_MODULE(_C, m) {
       py::arg("out_valid"),
       "The fused verify walk (reference.verify_rows_ref).  target / draft: matrix views; "
       "draft_ids: a column view; requests: one column view per name in REQUEST_FIELDS "
-      "(forced_num_accepted may be None); outputs: addresses of token_ids [B, max_k + 1] "
+      "(forced_num_accepted may be None; inv_temp, top_k, top_p, min_p, seed and offset may "
+      "be a Python float / int shared by every request); outputs: addresses of token_ids [B, max_k + 1] "
       "int32, num_accepted [B] int32, valid [B] bool.");
 
   m.def(
@@ -204,7 +238,8 @@ PYBIND11_MODULE(_C, m) {
         specops::check_isa_env();
         check_len(rows, std::size(kRowFields), "sampling_probs: rows");
         const Mat lg = matrix(logits, "logits", false);
-        const specops::TransformParams p = transform_params(rows, 0, lg.rows);
+        Scalars sc;
+        const specops::TransformParams p = transform_params(rows, 0, lg.rows, sc);
         float* probs = out_ptr<float>(out_probs, lg.rows * lg.cols, "out_probs");
         uint8_t* valid = out_ptr<uint8_t>(out_valid, lg.rows, "out_valid");
         py::gil_scoped_release nogil;

@@ -186,8 +186,9 @@ def _check_scalar(name, value, dtype, rng: Optional[_Range]):
     return value
 
 
-def _per_request(name, value, B, dtype, device, rng: Optional[_Range]):
-    """Scalar or [B] tensor/sequence -> [B] tensor of `dtype` on `device`, range-checked."""
+def _per_request(name, value, B, dtype, device, rng: Optional[_Range], scalars=False):
+    """Scalar or [B] tensor/sequence -> [B] tensor of `dtype` on `device`, range-checked
+    (`scalars`: a Python scalar stays a checked Python number)."""
     if isinstance(value, torch.Tensor):
         if value.dim() == 0:
             value = value.reshape(1).expand(B)
@@ -209,7 +210,8 @@ def _per_request(name, value, B, dtype, device, rng: Optional[_Range]):
         return t
     if isinstance(value, (list, tuple)):
         return _per_request(name, torch.tensor(value), B, dtype, device, rng)
-    return _const_vec(_scalar(name, value, dtype, rng), B, dtype, device)
+    checked = _scalar(name, value, dtype, rng)
+    return checked if scalars else _const_vec(checked, B, dtype, device)
 
 
 def _inv_temperature_scalar(t: float) -> float:
@@ -233,7 +235,7 @@ def _temperature(temperature, B, device):
         return inv, temp, all_greedy
     inv = _inv_temperature_scalar(_scalar("temperature", temperature, torch.float32,
                                           TEMPERATURE))
-    return _const_vec(inv, B, torch.float32, device), None, inv == 0.0
+    return inv, None, inv == 0.0
 
 
 def _check_generator(generator):
@@ -243,20 +245,21 @@ def _check_generator(generator):
 
 
 def _seeds(seed, offset, generator, B, device, all_greedy):
+    """-> (seed, offset): [B] int64 tensors, or Python ints for scalar arguments."""
     _check_generator(generator)
     if seed is not None and generator is not None:
         raise ValueError("pass either seed (with offset) or generator, not both")
     if seed is None:
         if all_greedy:                       # greedy consumes no randomness
-            seed_t = _const_vec(0, B, torch.int64, device)
+            seed_t = 0
         else:
             gdev = generator.device if generator is not None else torch.device("cpu")
             seed_t = torch.randint(-(2 ** 63), 2 ** 63 - 1, (B,), generator=generator,
                                    dtype=torch.int64, device=gdev).to(device)
     else:
-        seed_t = _per_request("seed", seed, B, torch.int64, device, None)
+        seed_t = _per_request("seed", seed, B, torch.int64, device, None, True)
     offset_t = _per_request("offset", 0 if offset is None else offset, B, torch.int64, device,
-                            None)
+                            None, True)
     return seed_t, offset_t
 
 
@@ -309,8 +312,9 @@ def _flattened(tname, target, draft_token_ids, draft, dname, cu_num_draft_tokens
 def _prepare(target_logits=None, draft_token_ids=None, draft_probs=None, target_probs=None,
              draft_logits=None, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
              num_draft_tokens=None, cu_num_draft_tokens=None, seed=None, offset=None,
-             generator=None, max_num_draft_tokens=None) -> Canonical:
-    """Check everything and return the canonical (flattened) arguments of the ops."""
+             generator=None, max_num_draft_tokens=None, scalars=False) -> Canonical:
+    """Check everything and return the canonical (flattened) arguments of the ops; with
+    `scalars`, parameters given as Python scalars stay Python numbers (see _tensors)."""
     if (target_logits is None) == (target_probs is None):
         raise ValueError("pass exactly one of target_logits and target_probs")
     if draft_probs is not None and draft_logits is not None:
@@ -393,20 +397,34 @@ def _prepare(target_logits=None, draft_token_ids=None, draft_probs=None, target_
             _PARAMS[key] = params
     inv_temp, top_k_t, top_p_t, min_p_t, all_greedy = params
     seed_t, offset_t = _seeds(seed, offset, generator, B, device, all_greedy)
-    return Canonical(target2, is_probs, target_row_start, ids, draft_row_start, num_draft,
-                     draft2, draft_probs is not None, inv_temp, top_k_t, top_p_t, min_p_t,
-                     seed_t, offset_t, max_k)
+    a = Canonical(target2, is_probs, target_row_start, ids, draft_row_start, num_draft,
+                  draft2, draft_probs is not None, inv_temp, top_k_t, top_p_t, min_p_t,
+                  seed_t, offset_t, max_k)
+    return a if scalars else _tensors(a)
+
+
+_SCALAR_FIELDS = (("inv_temp", torch.float32), ("top_k", torch.int64), ("top_p", torch.float32),
+                  ("min_p", torch.float32), ("seed", torch.int64), ("offset", torch.int64))
+
+
+def _tensors(a: Canonical) -> Canonical:
+    """The op's form of the canonical arguments: every per-request value a [B] tensor."""
+    B, dev = a.num_draft.shape[0], a.target.device
+    fix = {f: _const_vec(getattr(a, f), B, dt, dev) for f, dt in _SCALAR_FIELDS
+           if not isinstance(getattr(a, f), torch.Tensor)}
+    return a._replace(**fix) if fix else a
 
 
 _PARAMS: dict = {}
 
 
 def _params(temperature, top_k, top_p, min_p, B, device, is_probs):
-    """-> (inv_temp, top_k, top_p, min_p [B] tensors, all_greedy: bool or None)."""
+    """-> (inv_temp, top_k, top_p, min_p: [B] tensors or, for Python scalars, checked
+    Python numbers; all_greedy: bool or None)."""
     inv_temp, temp, all_greedy = _temperature(temperature, B, device)
-    top_k_t = _per_request("top_k", top_k, B, torch.int64, device, TOP_K)
-    top_p_t = _per_request("top_p", top_p, B, torch.float32, device, TOP_P)
-    min_p_t = _per_request("min_p", min_p, B, torch.float32, device, MIN_P)
+    top_k_t = _per_request("top_k", top_k, B, torch.int64, device, TOP_K, True)
+    top_p_t = _per_request("top_p", top_p, B, torch.float32, device, TOP_P, True)
+    min_p_t = _per_request("min_p", min_p, B, torch.float32, device, MIN_P, True)
     if is_probs:
         _check_probs_params(temperature, temp, top_k, top_p, min_p, top_k_t, top_p_t, min_p_t)
     return inv_temp, top_k_t, top_p_t, min_p_t, all_greedy
@@ -423,7 +441,8 @@ def _check_probs_params(temperature, temp, top_k, top_p, min_p, top_k_t, top_p_t
         return
     else:
         t_ok = temp is None or bool(((temp == 0) | (temp == 1)).all())
-        f_ok = not bool((top_k_t != 0).any() | (top_p_t != 1).any() | (min_p_t != 0).any())
+        f_ok = not any(bool(torch.as_tensor(v != off).any())
+                       for v, off in ((top_k_t, 0), (top_p_t, 1.0), (min_p_t, 0.0)))
     if not t_ok:
         raise ValueError("temperature must be 0 (greedy) or 1 with target_probs: the "
                          "probabilities are taken as final; pass target_logits to apply "
@@ -433,12 +452,12 @@ def _check_probs_params(temperature, temp, top_k, top_p, min_p, top_k_t, top_p_t
                          "probabilities are taken as final); pass target_logits instead")
 
 
-def _run_verify(a: Canonical, backend: str, forced_num_accepted=None):
-    """``specops::verify`` on canonical arguments (the backend directly when eager)."""
+def _run_verify(a: Canonical, backend: str):
+    """``specops::verify`` on canonical arguments: the backend directly (scalars as Python
+    numbers) when eager, else the registered op (every value a tensor)."""
     if _eager_direct():
-        kw = {} if forced_num_accepted is None else {"forced_num_accepted": forced_num_accepted}
-        return registry.load(backend).verify(*a, **kw)
-    return verify_op(*a, backend, forced_num_accepted)
+        return registry.load(backend).verify(*a)
+    return verify_op(*_tensors(a), backend)
 
 
 def verify_block(target_logits=None, draft_token_ids=None, draft_probs=None, *,
@@ -465,7 +484,7 @@ def verify_block(target_logits=None, draft_token_ids=None, draft_probs=None, *,
     """
     args = _prepare(target_logits, draft_token_ids, draft_probs, target_probs, draft_logits,
                     temperature, top_k, top_p, min_p, num_draft_tokens, cu_num_draft_tokens,
-                    seed, offset, generator, max_num_draft_tokens)
+                    seed, offset, generator, max_num_draft_tokens, scalars=True)
     name = registry.resolve(backend, args.target.device)
     return VerifyOutput(*_run_verify(args, name))
 

@@ -32,4 +32,7 @@ Functions (all return new tensors on the input's device):
 The single-purpose accept and residual-sample steps are views over ``verify`` (see
 ``specops/ops/accept.py`` and ``specops/ops/residual_sample.py``), not separate walks.
 Per-request [B] tensors may have any stride along B, including 0 (an expanded scalar).
+``inv_temp``, ``top_k``, ``top_p``, ``min_p``, ``seed`` and ``offset`` may also be Python
+numbers (float / int, already checked and float32-rounded) shared by every request: eager
+public calls pass scalar parameters this way; the registered op always passes tensors.
 """

@@ -1,7 +1,9 @@
 """The C++ CPU backend (``specops._C``): torch marshalling around the torch-free kernels.
 
 Each function has exactly the signature of ``specops.backends.reference`` and returns the
-same values bit for bit.  Tensors are passed to the native code as small tuples of integers
+same values bit for bit.  Per-request parameters (inv_temp, top_k, top_p, min_p, seed,
+offset) may be Python numbers shared by every request: the native code reads them from the
+call's own slots, so a scalar costs no tensor at all.  Tensors are passed to the native code as small tuples of integers
 (see csrc/bindings.cpp): a matrix view ``(address, dtype code, rows, cols, row stride)`` and a
 column view ``(address, element stride, dtype code)``.  Per-request [B] tensors are read in
 place with their stride (stride 0, a scalar expanded with ``.expand(B)``, included): nothing is
@@ -57,8 +59,12 @@ def _mat(t):
 
 def _col(t, dtype, n: int, name: str, keep: list, ints: bool = False):
     """Column view (address, element stride, dtype code) of a 1-D tensor with >= n entries,
-    read in place (any stride, 0 included); `ints`: int32 is read as is too."""
-    if type(t) is torch.Tensor and t.is_cpu:
+    read in place (any stride, 0 included); `ints`: int32 is read as is too.  A Python number
+    (a value shared by every request) is passed as the number itself."""
+    tt = type(t)
+    if tt is float or tt is int:
+        return float(t) if dtype is torch.float32 else int(t)
+    if tt is torch.Tensor and t.is_cpu:
         dt = t.dtype
         if (dt is dtype or (ints and dt is torch.int32)) and t.dim() == 1 and t.numel() >= n:
             return (t.data_ptr(), t.stride()[0], _COL_CODES[dt])  # fast path: read in place

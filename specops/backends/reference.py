@@ -1,14 +1,17 @@
 """The numpy reference as a backend (CPU tensors in, CPU tensors out)."""
 from __future__ import annotations
 
+import numpy as np
 import torch
 
 from specops import reference as R
 
 
-def _np(t):
+def _np(t, B=None):
     if t is None:
         return None
+    if not isinstance(t, torch.Tensor):          # a Python number shared by every request
+        return np.full(B, t, dtype=np.float32 if isinstance(t, float) else np.int64)
     t = t.detach().cpu()
     if t.dtype in (torch.bfloat16, torch.float16):
         t = t.float()          # exact upcast; the reference computes in float32 from here
@@ -18,10 +21,11 @@ def _np(t):
 def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start, num_draft,
            draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k,
            forced_num_accepted=None):
+    B = num_draft.shape[0]
     tok, nacc, valid = R.verify_rows_ref(
         _np(target), target_is_probs, _np(target_row_start), _np(draft_ids),
-        _np(draft_row_start), _np(num_draft), _np(draft), draft_is_probs, _np(inv_temp),
-        _np(top_k), _np(top_p), _np(min_p), _np(seed), _np(offset), int(max_k),
+        _np(draft_row_start), _np(num_draft), _np(draft), draft_is_probs, _np(inv_temp, B),
+        _np(top_k, B), _np(top_p, B), _np(min_p, B), _np(seed, B), _np(offset, B), int(max_k),
         _np(forced_num_accepted))
     dev = target.device
     return (torch.from_numpy(tok).to(dev), torch.from_numpy(nacc).to(dev),
@@ -29,6 +33,7 @@ def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start
 
 
 def sampling_probs(logits, inv_temp, top_k, top_p, min_p):
-    probs, valid = R.sampling_probs_ref(_np(logits), _np(inv_temp), _np(top_k), _np(top_p),
-                                        _np(min_p))
+    N = logits.shape[0]
+    probs, valid = R.sampling_probs_ref(_np(logits), _np(inv_temp, N), _np(top_k, N),
+                                        _np(top_p, N), _np(min_p, N))
     return torch.from_numpy(probs).to(logits.device), torch.from_numpy(valid).to(logits.device)

@@ -58,11 +58,17 @@ def _check_device(t):
             "on CUDA tensors only" % t.device)
 
 
-def _i64(t):
+def _i64(t, n=0, device=None):
+    """[n] int64 contiguous; a Python int (shared by every request) is broadcast."""
+    if not isinstance(t, torch.Tensor):
+        return torch.full((n,), int(t), dtype=torch.int64, device=device)
     return t.to(torch.int64).contiguous()
 
 
-def _f32(t):
+def _f32(t, n=0, device=None):
+    """[n] float32 contiguous; a Python float (shared by every request) is broadcast."""
+    if not isinstance(t, torch.Tensor):
+        return torch.full((n,), float(t), dtype=torch.float32, device=device)
     return t.to(torch.float32).contiguous()
 
 
@@ -76,10 +82,12 @@ def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start
            draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k,
            forced_num_accepted=None):
     _check_device(target)
+    B, dev = num_draft.shape[0], target.device
     return _K.verify(_rows(target), bool(target_is_probs), _i64(target_row_start),
                      _i64(draft_ids.reshape(-1)), _i64(draft_row_start), _i64(num_draft),
-                     _rows(draft), bool(draft_is_probs), _f32(inv_temp), _i64(top_k),
-                     _f32(top_p), _f32(min_p), _i64(seed), _i64(offset), int(max_k),
+                     _rows(draft), bool(draft_is_probs), _f32(inv_temp, B, dev),
+                     _i64(top_k, B, dev), _f32(top_p, B, dev), _f32(min_p, B, dev),
+                     _i64(seed, B, dev), _i64(offset, B, dev), int(max_k),
                      None if forced_num_accepted is None else _i64(forced_num_accepted))
 
 
