@@ -11,7 +11,8 @@ range-checked without touching a tensor, and the per-request tensors built from 
 row starts of the padded layout) are cached by value, so a steady-state call builds no tensor
 it does not return.  In eager mode with no torch dispatch or function mode active the backend
 is called directly, the same function the registered op ``specops::verify`` runs, without the
-dispatcher's argument boxing; under tracing, capture or any mode the op itself is called.
+dispatcher's argument boxing; under tracing, capture, any mode or the profiler the op itself
+is called.
 """
 from __future__ import annotations
 
@@ -72,7 +73,8 @@ def _tracing() -> bool:
 def _eager_direct() -> bool:
     """True when calling the backend directly is indistinguishable from calling the op."""
     return (not torch.compiler.is_compiling() and _get_current_dispatch_mode() is None
-            and not torch._C._is_torch_function_mode_enabled())
+            and not torch._C._is_torch_function_mode_enabled()
+            and not torch.autograd._profiler_enabled())     # profiles show specops::verify
 
 
 def _check_tensor(name, t, dtypes, ndims=None, device=None):

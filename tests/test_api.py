@@ -349,3 +349,29 @@ def test_sampling_probs_public():
     assert p.shape == x.shape and valid.all()
     assert ((p > 0).sum(-1) <= 10).all()
     torch.testing.assert_close(p.sum(-1), torch.ones(2, 3))
+
+
+def test_eager_calls_skip_the_dispatcher_only_when_nothing_watches():
+    """Eager calls run the backend directly; a dispatch mode or the profiler sees the op."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    class Record(TorchDispatchMode):
+        def __init__(self):
+            super().__init__()
+            self.ops = []
+
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            self.ops.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    kw = base()
+    plain = specops.verify_block(**kw, backend="reference")
+    with Record() as rec:
+        seen = specops.verify_block(**kw, backend="reference")
+    assert any("specops.verify" in op for op in rec.ops), rec.ops
+    with torch.profiler.profile() as prof:
+        profiled = specops.verify_block(**kw, backend="reference")
+    assert any("specops::verify" in e.name for e in prof.events())
+    for out in (seen, profiled):
+        assert torch.equal(out.token_ids, plain.token_ids)
+        assert torch.equal(out.valid, plain.valid)
