@@ -6,7 +6,6 @@ The agreement tests run at every ISA level of the native passes this CPU support
 ``_C.set_isa``; ``SPECOPS_CPU_ISA`` (the same switch from the environment) is tested in a
 subprocess.
 """
-import inspect
 import os
 import subprocess
 import sys
@@ -387,51 +386,8 @@ def test_verify_strided_target_and_batch_invariance(isa):
 
 # ----------------------------------------------------------------------------- forced mode
 def _reference_forced(args, forced):
-    """The reference's forced mode; until specops.reference has it, the emulation of the
-    interface contract: positions j < j* = min(a, kb) keep their drafts, the token at j* is the
-    old ``reference.residual_sample_ref`` on the probabilities of every row (logits rows
-    transformed with their request's parameters; an invalid draft-logits row becomes a zero
-    row, which draws exactly what the NaN row's fallback to p draws), a < 0 is invalid."""
-    if "forced_num_accepted" in inspect.signature(ref.verify).parameters:
-        return ref.verify(*args, forced_num_accepted=forced)
-    (target, is_probs, trs, ids, drs, nd, draft, draft_is_probs, it, tk, tp, mp, seed, offset,
-     max_k) = args
-    B, V = nd.numel(), target.shape[1]
-
-    def probs_of(rows, starts, n_rows):
-        if rows is None:
-            return None
-        if n_rows is None:  # probabilities already
-            return rows.float().numpy()
-        owner = np.zeros(rows.shape[0], dtype=np.int64)
-        for b in range(B):
-            for j in range(n_rows):
-                if 0 <= int(starts[b]) + j < rows.shape[0]:
-                    owner[int(starts[b]) + j] = b
-        per_row = [torch.from_numpy(t.numpy()[owner]) for t in (it, tk, tp, mp)]
-        return ref.sampling_probs(rows, *per_row)[0].numpy()
-
-    P = probs_of(target, trs, None if is_probs else max_k + 1)
-    Q = probs_of(draft, drs, None if draft_is_probs else max_k)
-    a = forced.numpy().astype(np.int64)
-    greedy = it.numpy() == 0
-    tok = R.residual_sample_ref(P, trs.numpy(), ids.numpy(), drs.numpy(), nd.numpy(), Q,
-                                greedy, seed.numpy(), offset.numpy(), np.maximum(a, 0), max_k)
-    out = np.full((B, max_k + 1), -1, dtype=np.int32)
-    nacc = np.zeros(B, dtype=np.int32)
-    valid = np.zeros(B, dtype=bool)
-    for b in range(B):
-        if a[b] < 0:
-            continue
-        d0 = int(drs[b])
-        kb = R._block_length(ids.numpy()[d0:d0 + int(nd[b])], min(int(nd[b]), max_k), V)
-        js = min(int(a[b]), kb)
-        out[b, :js] = ids.numpy()[d0:d0 + js]
-        nacc[b] = js
-        if tok[b] >= 0:
-            out[b, js] = tok[b]
-            valid[b] = True
-    return torch.from_numpy(out), torch.from_numpy(nacc), torch.from_numpy(valid)
+    """The reference's forced mode (specops.reference, section 7)."""
+    return ref.verify(*args, forced_num_accepted=forced)
 
 
 FORCED_CASES = [

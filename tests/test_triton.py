@@ -170,81 +170,11 @@ def check_verify(a):
 
 
 # ----------------------------------------------------------------------------- forced mode
-REF_HAS_FORCED = "forced_num_accepted" in inspect.signature(RB.verify).parameters
-
-
-def _block_len(ids, d0, nd, max_k, V):
-    kb = max(min(int(nd), max_k), 0)
-    for j in range(kb):
-        if not 0 <= int(ids[d0 + j]) < V:
-            return j
-    return kb
-
-
-def _as_probs(a):
-    """The same request on probabilities: the reference transform of every target / draft
-    row with its request's parameters, invalid rows as NaN rows (what verify_block_unfused
-    passes on)."""
-    a = dict(a)
-    B = len(a["num_draft"])
-
-    def probs(rows, starts, count):
-        rows = rows.float().numpy() if rows.dtype != torch.float32 else rows.numpy()
-        out = np.full(rows.shape, np.nan, dtype=np.float32)
-        for b in range(B):
-            for j in range(count(b)):
-                i = int(starts[b]) + j
-                if 0 <= i < len(rows):
-                    p, ok = R.transform_row(rows[i], a["inv_temp"][b], a["top_k"][b],
-                                            a["top_p"][b], a["min_p"][b])
-                    if ok:
-                        out[i] = p
-        return torch.from_numpy(out)
-
-    K = a["max_k"]
-    if not a["target_is_probs"]:
-        a["target"] = probs(a["target"], a["target_row_start"],
-                            lambda b: max(min(int(a["num_draft"][b]), K), 0) + 1)
-        a["target_is_probs"] = True
-    if a["draft"] is not None and not a["draft_is_probs"]:
-        a["draft"] = probs(a["draft"], a["draft_row_start"],
-                           lambda b: max(min(int(a["num_draft"][b]), K), 0))
-        a["draft_is_probs"] = True
-    return a
-
-
-def _emulate_forced(a, forced):
-    """The forced mode of the contract, built from the old oracle reference.residual_sample_ref
-    (same semantics; until the reference's own forced mode lands)."""
-    a = _as_probs(a)
-    K, V = a["max_k"], a["target"].shape[1]
-    ids = a["draft_ids"].reshape(-1).numpy()
-    B = len(a["num_draft"])
-    n = lambda k: a[k].numpy()  # noqa: E731
-    fa = forced.numpy().astype(np.int64)
-    draft = None if a["draft"] is None else a["draft"].numpy()
-    tok = R.residual_sample_ref(n("target"), n("target_row_start"), ids, n("draft_row_start"),
-                                n("num_draft"), draft, n("inv_temp") == 0, n("seed"),
-                                n("offset"), np.maximum(fa, 0), K)
-    out = np.full((B, K + 1), -1, dtype=np.int32)
-    nacc = np.zeros(B, dtype=np.int32)
-    valid = np.zeros(B, dtype=bool)
-    for b in range(B):
-        if fa[b] < 0:
-            continue
-        d0 = int(a["draft_row_start"][b])
-        j = min(int(fa[b]), _block_len(ids, d0, a["num_draft"][b], K, V))
-        out[b, :j] = ids[d0:d0 + j]
-        nacc[b] = j
-        if tok[b] >= 0:
-            out[b, j], valid[b] = tok[b], True
-    return torch.from_numpy(out), torch.from_numpy(nacc), torch.from_numpy(valid)
 
 
 def ref_forced(a, forced):
-    if REF_HAS_FORCED:
-        return RB.verify(**a, forced_num_accepted=forced)
-    return _emulate_forced(a, forced)
+    """The reference's forced mode (specops.reference, section 7)."""
+    return RB.verify(**a, forced_num_accepted=forced)
 
 
 def check_forced(a, forced):
@@ -698,12 +628,10 @@ def _greedy_args(B, K, V, seed=40):
 
 
 def _run_rows(a, forced=None):
-    """Triton's output; equal to the reference's once the reference bounds rows (section 7,
-    landed with its forced mode)."""
+    """Triton's output, checked equal to the reference's (which bounds rows: section 7)."""
     kw = {} if forced is None else {"forced_num_accepted": torch.as_tensor(forced)}
     got = [x.cpu() for x in TB.verify(**_dev(dict(a, **kw)))]
-    if REF_HAS_FORCED:
-        _eq_all(got, RB.verify(**a, **kw))
+    _eq_all(got, RB.verify(**a, **kw))
     return got
 
 

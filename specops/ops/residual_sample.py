@@ -7,7 +7,6 @@ It is the walk's forced mode (reference section 7), which skips the accept tests
 """
 from __future__ import annotations
 
-import torch
 
 from specops.ops.accept import probs_params
 from specops.ops.verify import verify_op
