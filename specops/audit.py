@@ -523,8 +523,20 @@ def run_audit(knobs: Optional[lab.Knobs] = None, backend: str = "auto",
     one = {k: view[k] for k in ("state", "token", "p", "q", "accepted", "residual",
                                 "rejection", "corrected", "wrong", "alpha", "tv_pq",
                                 "residual_mass", "rejection_mass", "corrected_tv", "wrong_tv")}
+    headline = {
+        "alpha": view["alpha"], "corrected_tv": view["corrected_tv"],
+        "wrong_fallback_tv": view["wrong_tv"], "length": seq["length"],
+        "gamma": knobs.gamma, "target_calls": seq["target_calls"],
+        "draft_calls": seq["draft_calls"], "toy_speedup": seq["toy_speedup"],
+        "estimated_speedup": seq["estimated_speedup"],
+        "worst_exact_tv": grid_info.get("worst_exact_tv") if grid_info else None,
+        "grid_settings": grid_info.get("settings") if grid_info else 0,
+        "wrong_token_counts": grid_info.get("wrong_token_counts") if grid_info else None,
+    }
     report = {
         "knobs": knobs.as_dict(),
+        "headline": headline,
+        "article": dict(lab.ARTICLE),
         "tokens": list(lab.TOKENS),
         "backends": backends,
         "backend": main_backend,
@@ -565,6 +577,34 @@ def _n(v, spec: str) -> str:
     if isinstance(v, (int, float)) and not isinstance(v, bool):
         return format(v, spec)
     return str(v)
+
+
+_HEADLINE_ROWS = (   # key, label, format
+    ("alpha", "one-token alpha at the start", ".2%"),
+    ("corrected_tv", "TV(corrected, p)", ".1e"),
+    ("wrong_fallback_tv", "wrong-fallback TV", ".2%"),
+    ("length", "trace length", "d"),
+    ("gamma", "gamma (drafts per call)", "d"),
+    ("target_calls", "target calls", "d"),
+    ("draft_calls", "draft calls", "d"),
+    ("toy_speedup", "toy speedup", ".2f"),
+    ("estimated_speedup", "accounting estimate", ".2f"),
+    ("worst_exact_tv", "grid: worst exact TV", ".2e"),
+    ("wrong_token_counts", "grid: wrong token counts", "d"),
+)
+
+
+def article_lines(r: dict) -> List[str]:
+    """Our headline figures beside the article's (its default controls)."""
+    h, a = r["headline"], r["article"]
+    rows = []
+    for key, label, spec in _HEADLINE_ROWS:
+        ours = h.get(key)
+        rows.append([label, "-" if ours is None else _n(ours, spec), _n(a[key], spec)])
+    note = ("" if r["knobs"] == lab.DEFAULT_KNOBS.as_dict()
+            else "  (knobs differ from the defaults: the article's figures are for the defaults)")
+    return ["Beside the article (its default controls)" + note + ":"] + [
+        "  " + x for x in _table(["figure", "this run", "article"], rows)]
 
 
 def format_report(r: dict) -> str:
@@ -609,6 +649,8 @@ def format_report(r: dict) -> str:
     L.append("  expected speedup by gamma: " + "  ".join(
         f"{g}:{_n(v, '.2f')}" for g, v in zip(c["gammas"], c["speedups"])))
     L.append(f"  best gamma = {c['best_gamma']} ({_n(c['best_speedup'], '.3f')}x)")
+    L.append("")
+    L += article_lines(r)
     L.append("")
     sc = r["selfcheck"]
     b = sc["batch"]

@@ -75,6 +75,39 @@ def test_json_schema(default_json):
     assert math.isfinite(report["elapsed_s"]) and report["elapsed_s"] > 0
 
 
+# The article's figures and how close the default run must land (issue 16).
+ARTICLE_TOLERANCE = {"alpha": 0.005, "wrong_fallback_tv": 0.005, "estimated_speedup": 0.1,
+                     "toy_speedup": 0.15, "target_calls": 2, "draft_calls": 10}
+
+
+def test_default_run_lands_on_the_article(default_json):
+    _, out = default_json
+    report = json.loads(out)
+    h, a = report["headline"], report["article"]
+    assert a == lab.ARTICLE
+    assert set(h) >= {"alpha", "wrong_fallback_tv", "length", "gamma", "target_calls",
+                      "draft_calls", "toy_speedup", "estimated_speedup", "worst_exact_tv"}
+    for key, tol in ARTICLE_TOLERANCE.items():
+        assert abs(h[key] - a[key]) <= tol, (key, h[key], a[key])
+    assert (h["length"], h["gamma"]) == (a["length"], a["gamma"]) == (96, 5)
+    assert h["corrected_tv"] <= 1e-12 and h["wrong_token_counts"] == 0
+    assert h["worst_exact_tv"] <= 1e-12          # like the article's 1.95e-16: exact
+    assert h["alpha"] == report["one_token"]["alpha"]
+    assert h["toy_speedup"] == report["sequence"]["toy_speedup"]
+
+
+def test_text_output_shows_the_article_beside_ours(fast_backends, capsys):
+    rc = cli.main(["audit", "--no-grid"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    block = out[out.index("Beside the article"):]
+    for label, ours, theirs in (("trace length", "96", "96"), ("target calls", "20", "20"),
+                                ("accounting estimate", "3.46", "3.46")):
+        line = next(x for x in block.splitlines() if label in x)
+        assert line.split()[-2:] == [ours, theirs], line
+    assert "grid: worst exact TV" in block and "1.95e-16" in block
+
+
 def test_required_checks_present(default_json):
     names = {c["name"] for c in json.loads(default_json[1])["checks"]}
     for required in ("knob_sanitation", "target_rows_normalised", "draft_rows_normalised",
