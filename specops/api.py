@@ -1,10 +1,12 @@
 """The public call: argument checks, the two layouts, and dispatch to the custom ops.
 
-Every check here runs before any kernel.  Checks that need to look at tensor *values*
-(draft id range, per-request parameters given as tensors, ``cu_num_draft_tokens``) run on CPU
-tensors and on CUDA tensors outside CUDA-graph capture and ``torch.compile`` tracing; inside
-those the kernels' own guards apply (ids outside [0, V) end a block; nothing is read out of
-bounds).
+Every check here runs before any kernel.  Types, shapes, dtypes and devices are always
+checked.  Checks of *values* follow ``validate`` (reference section 8): ``True`` reads every
+value on the host (a CUDA tensor's too, which synchronises); ``None`` (default) reads only
+what is free (Python scalars, CPU tensors); ``False`` reads nothing.  Under ``torch.compile``
+tracing and CUDA-graph capture nothing is read either.  What is not checked on the host the
+backends guard: a malformed request emits ``-1``, ``num_accepted = 0``, ``valid = False``,
+and nothing is ever read out of bounds.
 
 Per-call cost matters: engines call ``verify_block`` every decoding step.  Python scalars are
 range-checked without touching a tensor, and the per-request tensors built from them (and the
@@ -68,6 +70,19 @@ def _tracing() -> bool:
     if torch.compiler.is_compiling():
         return True
     return torch.cuda.is_initialized() and torch.cuda.is_current_stream_capturing()
+
+
+def _check_validate(validate):
+    if validate is not None and not isinstance(validate, bool):
+        raise TypeError(f"validate must be True, False or None, got {validate!r}")
+
+
+def _reads(validate, t: Optional[torch.Tensor] = None) -> bool:
+    """May the values of tensor ``t`` be read on the host?  ``True``: yes (may sync);
+    ``None``: only a CPU tensor's; ``False``, tracing or capture: never."""
+    if validate is False or _tracing():
+        return False
+    return validate is True or t is None or t.device.type == "cpu"
 
 
 def _eager_direct() -> bool:
@@ -151,18 +166,20 @@ def _padded_rows(B: int, K: int, device: torch.device):
 _SCALAR_OK: dict = {}      # (name, type, value) -> checked value, for plain int / float
 
 
-def _scalar(name, value, dtype, rng: Optional[_Range]):
-    """Check a Python scalar; return the value the kernels will see (float32-rounded)."""
+def _scalar(name, value, dtype, rng: Optional[_Range], check=True):
+    """Check a Python scalar (its range only with ``check``); return the value the kernels
+    will see (float32-rounded)."""
     plain = type(value) in (int, float)
+    key = (name, type(value), value, check)
     if plain:
-        hit = _SCALAR_OK.get((name, type(value), value))
+        hit = _SCALAR_OK.get(key)
         if hit is not None:
             return hit
-    checked = _check_scalar(name, value, dtype, rng)
+    checked = _check_scalar(name, value, dtype, rng if check else None)
     if plain:
         if len(_SCALAR_OK) > 4096:
             _SCALAR_OK.clear()
-        _SCALAR_OK[(name, type(value), value)] = checked
+        _SCALAR_OK[key] = checked
     return checked
 
 
@@ -173,7 +190,7 @@ def _check_scalar(name, value, dtype, rng: Optional[_Range]):
         if not isinstance(value, numbers.Integral):
             raise TypeError(f"{name} must be an int, got {value!r}")
         value = int(value)
-        if not -(2 ** 63) <= value < 2 ** 63:
+        if not -(2 ** 63) <= value < 2 ** 63:       # a type limit: checked always
             raise ValueError(f"{name} must fit in int64, got {value}")
     else:
         if isinstance(value, numbers.Complex) and not isinstance(value, numbers.Real):
@@ -188,9 +205,10 @@ def _check_scalar(name, value, dtype, rng: Optional[_Range]):
     return value
 
 
-def _per_request(name, value, B, dtype, device, rng: Optional[_Range], scalars=False):
-    """Scalar or [B] tensor/sequence -> [B] tensor of `dtype` on `device`, range-checked
-    (`scalars`: a Python scalar stays a checked Python number)."""
+def _per_request(name, value, B, dtype, device, rng: Optional[_Range], scalars=False,
+                 validate=None):
+    """Scalar or [B] tensor/sequence -> [B] tensor of `dtype` on `device`, range-checked as
+    ``validate`` allows (`scalars`: a Python scalar stays a checked Python number)."""
     if isinstance(value, torch.Tensor):
         if value.dim() == 0:
             value = value.reshape(1).expand(B)
@@ -204,39 +222,46 @@ def _per_request(name, value, B, dtype, device, rng: Optional[_Range], scalars=F
         if value.device.type not in DEVICE_TYPES:
             raise ValueError(f"{name} must be on a CPU or CUDA device, got {value.device}")
         t = value.to(device=device, dtype=dtype)
-        if rng is not None and B > 0 and not _tracing():
+        if rng is not None and B > 0 and _reads(validate, value):
             lo, hi = (float(v) for v in torch.aminmax(t))      # an interval: ends suffice
             if not (rng.holds(lo) and rng.holds(hi)):
                 raise ValueError(f"{name} must be {rng.text}; got "
                                  f"{t.tolist() if B <= 16 else t}")
         return t
     if isinstance(value, (list, tuple)):
-        return _per_request(name, torch.tensor(value), B, dtype, device, rng)
-    checked = _scalar(name, value, dtype, rng)
+        return _per_request(name, torch.tensor(value), B, dtype, device, rng,
+                            validate=validate)
+    checked = _scalar(name, value, dtype, rng, validate is not False)
     return checked if scalars else _const_vec(checked, B, dtype, device)
 
 
 def _inv_temperature_scalar(t: float) -> float:
-    """float32(1 / float64(T)) of a float32-rounded Python T; 0 marks greedy (T < 1e-5)."""
+    """float32(1 / float64(T)) of a float32-rounded Python T; 0 marks greedy (T < 1e-5);
+    NaN a malformed T (NaN, negative, infinite: reference section 8)."""
+    if not (t >= 0.0 and t < INF):
+        return math.nan
     return float(np.float32(1.0 / t)) if t >= _GREEDY_T else 0.0
 
 
 def _inv_temperature(temp):
-    """1/T on the host side of the contract: float32(1 / float64(T)); 0 marks greedy."""
-    return torch.where(temp >= _GREEDY_T, temp.double().reciprocal(), 0.0).float()
+    """1/T on the host side of the contract: float32(1 / float64(T)); 0 marks greedy; NaN
+    a malformed T (computed on the tensor's device: nothing is read)."""
+    inv = torch.where(temp >= _GREEDY_T, temp.double().reciprocal(), 0.0).float()
+    return torch.where((temp >= 0) & torch.isfinite(temp), inv, math.nan)
 
 
-def _temperature(temperature, B, device):
+def _temperature(temperature, B, device, validate=None):
     """-> (inv_temp [B] float32, temp [B] float32 or None, all_greedy: bool or None)."""
     if isinstance(temperature, (torch.Tensor, list, tuple)):
-        temp = _per_request("temperature", temperature, B, torch.float32, device, TEMPERATURE)
+        temp = _per_request("temperature", temperature, B, torch.float32, device, TEMPERATURE,
+                            validate=validate)
         inv = _inv_temperature(temp)
         all_greedy = None
-        if temp.device.type == "cpu" and not _tracing() and B > 0:
+        if B > 0 and _reads(validate, temp) and temp.device.type == "cpu":
             all_greedy = float(inv.max()) == 0.0
         return inv, temp, all_greedy
     inv = _inv_temperature_scalar(_scalar("temperature", temperature, torch.float32,
-                                          TEMPERATURE))
+                                          TEMPERATURE, validate is not False))
     return inv, None, inv == 0.0
 
 
@@ -246,7 +271,7 @@ def _check_generator(generator):
                         f"{type(generator).__name__}")
 
 
-def _seeds(seed, offset, generator, B, device, all_greedy):
+def _seeds(seed, offset, generator, B, device, all_greedy, validate=None):
     """-> (seed, offset): [B] int64 tensors, or Python ints for scalar arguments."""
     _check_generator(generator)
     if seed is not None and generator is not None:
@@ -259,14 +284,14 @@ def _seeds(seed, offset, generator, B, device, all_greedy):
             seed_t = torch.randint(-(2 ** 63), 2 ** 63 - 1, (B,), generator=generator,
                                    dtype=torch.int64, device=gdev).to(device)
     else:
-        seed_t = _per_request("seed", seed, B, torch.int64, device, None, True)
+        seed_t = _per_request("seed", seed, B, torch.int64, device, None, True, validate)
     offset_t = _per_request("offset", 0 if offset is None else offset, B, torch.int64, device,
-                            None, True)
+                            None, True, validate)
     return seed_t, offset_t
 
 
 def _flattened(tname, target, draft_token_ids, draft, dname, cu_num_draft_tokens,
-               num_draft_tokens, max_num_draft_tokens, device):
+               num_draft_tokens, max_num_draft_tokens, device, validate):
     """Row starts, per-request draft counts and max_k of vLLM's flattened layout."""
     if cu_num_draft_tokens is None:
         raise ValueError(f"{tname} is 2-D [N, V]: the flattened layout needs "
@@ -290,20 +315,20 @@ def _flattened(tname, target, draft_token_ids, draft, dname, cu_num_draft_tokens
                          "ids: every draft token must belong to a request")
     prev = torch.cat([cu.new_zeros(1), cu[:-1]])
     num_draft = cu - prev
-    host_ok = not _tracing() and (cu.device.type == "cpu" or max_num_draft_tokens is None)
+    host_ok = _reads(validate, cu_num_draft_tokens)
     if host_ok and B > 0:
         if bool((num_draft < 0).any()) or int(cu[-1]) != T:
             raise ValueError("cu_num_draft_tokens must be non-decreasing, start at >= 0 "
                              f"and end at T={T} (the number of draft tokens)")
     if max_num_draft_tokens is None:
-        if _tracing():
-            raise ValueError("the flattened layout under torch.compile / CUDA-graph capture "
-                             "needs max_num_draft_tokens (the output width must not depend "
-                             "on tensor values)")
+        if _tracing() or validate is False:
+            raise ValueError("the flattened layout with validate=False, under torch.compile "
+                             "or CUDA-graph capture needs max_num_draft_tokens (the output "
+                             "width must not depend on tensor values)")
         max_k = int(num_draft.max()) if B > 0 else 0
     else:
         max_k = _scalar("max_num_draft_tokens", max_num_draft_tokens, torch.int64,
-                        _Range(0, INF, False, True, "an int >= 0"))
+                        _Range(0, INF, False, True, "an int >= 0"))   # a shape: always checked
         if host_ok and B > 0 and int(num_draft.max()) > max_k:
             raise ValueError(f"max_num_draft_tokens={max_k} is smaller than the longest "
                              f"block in cu_num_draft_tokens ({int(num_draft.max())})")
@@ -314,9 +339,12 @@ def _flattened(tname, target, draft_token_ids, draft, dname, cu_num_draft_tokens
 def _prepare(target_logits=None, draft_token_ids=None, draft_probs=None, target_probs=None,
              draft_logits=None, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
              num_draft_tokens=None, cu_num_draft_tokens=None, seed=None, offset=None,
-             generator=None, max_num_draft_tokens=None, scalars=False) -> Canonical:
-    """Check everything and return the canonical (flattened) arguments of the ops; with
-    `scalars`, parameters given as Python scalars stay Python numbers (see _tensors)."""
+             generator=None, max_num_draft_tokens=None, scalars=False,
+             validate=None) -> Canonical:
+    """Check everything ``validate`` allows and return the canonical (flattened) arguments
+    of the ops; with `scalars`, parameters given as Python scalars stay Python numbers (see
+    _tensors)."""
+    _check_validate(validate)
     if (target_logits is None) == (target_probs is None):
         raise ValueError("pass exactly one of target_logits and target_probs")
     if draft_probs is not None and draft_logits is not None:
@@ -345,7 +373,7 @@ def _prepare(target_logits=None, draft_token_ids=None, draft_probs=None, target_
     if flat:
         B, target_row_start, draft_row_start, num_draft, max_k = _flattened(
             tname, target, draft_token_ids, draft, dname, cu_num_draft_tokens,
-            num_draft_tokens, max_num_draft_tokens, device)
+            num_draft_tokens, max_num_draft_tokens, device, validate)
         target2, draft2, ids = target, draft, draft_token_ids
     else:
         if cu_num_draft_tokens is not None:
@@ -369,7 +397,8 @@ def _prepare(target_logits=None, draft_token_ids=None, draft_probs=None, target_
         target_row_start, draft_row_start, num_draft = _padded_rows(B, K, device)
         if num_draft_tokens is not None:
             num_draft = _per_request("num_draft_tokens", num_draft_tokens, B, torch.int64,
-                                     device, _Range(0, K, False, False, f"in [0, K={K}]"))
+                                     device, _Range(0, K, False, False, f"in [0, K={K}]"),
+                                     validate=validate)
         target2 = target.reshape(B * K1, V)
         draft2 = None if draft is None else draft.reshape(B * K, V)
         ids = draft_token_ids.reshape(B * K)
@@ -377,28 +406,26 @@ def _prepare(target_logits=None, draft_token_ids=None, draft_probs=None, target_
         target2 = target2.contiguous()
     if draft2 is not None and draft2.stride(-1) != 1:
         draft2 = draft2.contiguous()
-    if not _tracing() and ids.numel() > 0 and ids.device.type == "cpu":
-        lo, hi = torch.aminmax(ids)
+    if ids.numel() > 0 and _reads(validate, ids):
+        lo, hi = torch.aminmax(ids)                 # an interval: ends suffice
         if int(lo) < -1 or int(hi) >= V:
-            raise ValueError(f"draft_token_ids must be in [-1, V={V}) (-1 marks padding)")
-    elif not _tracing() and ids.numel() > 0:
-        if bool(((ids < -1) | (ids >= V)).any()):
             raise ValueError(f"draft_token_ids must be in [-1, V={V}) (-1 marks padding)")
     if ids.dtype != torch.int64:
         ids = ids.to(torch.int64)
 
     values = (temperature, top_k, top_p, min_p)
     plain = all(type(v) in (int, float) for v in values) and not torch.compiler.is_compiling()
-    key = (B, device, is_probs, values, tuple(type(v) for v in values)) if plain else None
+    key = ((B, device, is_probs, values, tuple(type(v) for v in values), validate is False)
+           if plain else None)
     params = _PARAMS.get(key) if plain else None
     if params is None:
-        params = _params(temperature, top_k, top_p, min_p, B, device, is_probs)
+        params = _params(temperature, top_k, top_p, min_p, B, device, is_probs, validate)
         if plain:                      # all-scalar parameters are checked once, then reused
             if len(_PARAMS) > 256:
                 _PARAMS.clear()
             _PARAMS[key] = params
     inv_temp, top_k_t, top_p_t, min_p_t, all_greedy = params
-    seed_t, offset_t = _seeds(seed, offset, generator, B, device, all_greedy)
+    seed_t, offset_t = _seeds(seed, offset, generator, B, device, all_greedy, validate)
     a = Canonical(target2, is_probs, target_row_start, ids, draft_row_start, num_draft,
                   draft2, draft_probs is not None, inv_temp, top_k_t, top_p_t, min_p_t,
                   seed_t, offset_t, max_k)
@@ -420,26 +447,31 @@ def _tensors(a: Canonical) -> Canonical:
 _PARAMS: dict = {}
 
 
-def _params(temperature, top_k, top_p, min_p, B, device, is_probs):
+def _params(temperature, top_k, top_p, min_p, B, device, is_probs, validate=None):
     """-> (inv_temp, top_k, top_p, min_p: [B] tensors or, for Python scalars, checked
     Python numbers; all_greedy: bool or None)."""
-    inv_temp, temp, all_greedy = _temperature(temperature, B, device)
-    top_k_t = _per_request("top_k", top_k, B, torch.int64, device, TOP_K, True)
-    top_p_t = _per_request("top_p", top_p, B, torch.float32, device, TOP_P, True)
-    min_p_t = _per_request("min_p", min_p, B, torch.float32, device, MIN_P, True)
+    inv_temp, temp, all_greedy = _temperature(temperature, B, device, validate)
+    top_k_t = _per_request("top_k", top_k, B, torch.int64, device, TOP_K, True, validate)
+    top_p_t = _per_request("top_p", top_p, B, torch.float32, device, TOP_P, True, validate)
+    min_p_t = _per_request("min_p", min_p, B, torch.float32, device, MIN_P, True, validate)
     if is_probs:
-        _check_probs_params(temperature, temp, top_k, top_p, min_p, top_k_t, top_p_t, min_p_t)
+        _check_probs_params(temperature, temp, top_k, top_p, min_p, top_k_t, top_p_t, min_p_t,
+                            validate)
     return inv_temp, top_k_t, top_p_t, min_p_t, all_greedy
 
 
-def _check_probs_params(temperature, temp, top_k, top_p, min_p, top_k_t, top_p_t, min_p_t):
+def _check_probs_params(temperature, temp, top_k, top_p, min_p, top_k_t, top_p_t, min_p_t,
+                        validate=None):
     """With final probabilities only T in {0, 1} and no filters make sense."""
     scalars = not any(isinstance(v, (torch.Tensor, list, tuple))
                       for v in (temperature, top_k, top_p, min_p))
+    if validate is False:
+        return                                      # the backends' guard (section 8)
     if scalars:
         t_ok = float(temperature) in (0.0, 1.0)
         f_ok = top_k == 0 and float(top_p) == 1.0 and float(min_p) == 0.0
-    elif _tracing():
+    elif not all(_reads(validate, v) for v in (temp, top_k_t, top_p_t, min_p_t)
+                 if isinstance(v, torch.Tensor)):
         return
     else:
         t_ok = temp is None or bool(((temp == 0) | (temp == 1)).all())
@@ -465,7 +497,7 @@ def _run_verify(a: Canonical, backend: str):
 def verify_block(target_logits=None, draft_token_ids=None, draft_probs=None, *,
                  target_probs=None, draft_logits=None, temperature=1.0, top_k=0, top_p=1.0,
                  min_p=0.0, num_draft_tokens=None, cu_num_draft_tokens=None, seed=None,
-                 offset=None, generator=None, max_num_draft_tokens=None,
+                 offset=None, generator=None, max_num_draft_tokens=None, validate=None,
                  backend="auto") -> VerifyOutput:
     """Verify a batch of speculative blocks exactly (see ``specops.reference`` for the spec).
 
@@ -483,10 +515,18 @@ def verify_block(target_logits=None, draft_token_ids=None, draft_probs=None, *,
     Without ``seed``, one int64 seed per request is drawn from ``generator`` (or torch's
     default generator) and the offset defaults to 0.  ``backend``: "auto", "reference",
     "cpu" or "triton".
+
+    ``validate``: ``True`` checks every value on the host and raises ``ValueError`` (on
+    CUDA tensors this synchronises); ``None`` (default) checks what is free (Python scalars,
+    CPU tensors); ``False`` reads no value at all.  What is not checked is guarded on the
+    device: a malformed request's row is all -1, num_accepted 0, valid False (reference,
+    section 8).  ``validate=False`` with ``max_num_draft_tokens`` (flattened layout) makes no
+    host synchronisation and can be captured in a CUDA graph.
     """
     args = _prepare(target_logits, draft_token_ids, draft_probs, target_probs, draft_logits,
                     temperature, top_k, top_p, min_p, num_draft_tokens, cu_num_draft_tokens,
-                    seed, offset, generator, max_num_draft_tokens, scalars=True)
+                    seed, offset, generator, max_num_draft_tokens, scalars=True,
+                    validate=validate)
     name = registry.resolve(backend, args.target.device)
     return VerifyOutput(*_run_verify(args, name))
 
@@ -502,6 +542,7 @@ def verify_block_unfused(target_logits=None, draft_token_ids=None, draft_probs=N
     B, max_k = a.num_draft.shape[0], a.max_k
     dev = a.target.device
     greedy = a.inv_temp == 0
+    bad = _malformed_params(a)
 
     def probs(rows, row_start):
         """The transform of each row with its own request's parameters; an invalid row
@@ -527,7 +568,19 @@ def verify_block_unfused(target_logits=None, draft_token_ids=None, draft_probs=N
         ids_pad[:, :max_k] = a.draft_ids[gather]
     out = torch.where(j[None] < nacc[:, None].long(), ids_pad, torch.full_like(ids_pad, -1))
     out = torch.where(j[None] == nacc[:, None].long(), tok[:, None].long(), out)
-    return VerifyOutput(out.to(torch.int32), nacc, tok >= 0)
+    out = torch.where(bad[:, None], torch.full_like(out, -1), out)
+    nacc = torch.where(bad, torch.zeros_like(nacc), nacc)
+    return VerifyOutput(out.to(torch.int32), nacc, (tok >= 0) & ~bad)
+
+
+def _malformed_params(a: Canonical) -> torch.Tensor:
+    """[B] bool: the request's sampling parameters are malformed (reference section 8),
+    computed on the device; the views guard num_draft and the draft ids themselves."""
+    inv, k, tp, mp = a.inv_temp, a.top_k, a.top_p, a.min_p
+    ok = (inv >= 0) & (inv < INF) & (k >= 0) & (tp > 0) & (tp <= 1) & (mp >= 0) & (mp <= 1)
+    if a.target_is_probs:
+        ok &= ((inv == 0) | (inv == 1)) & (k == 0) & (tp == 1) & (mp == 0)
+    return ~ok
 
 
 def _rows_to_request(row_start, nrows, device):
@@ -537,10 +590,14 @@ def _rows_to_request(row_start, nrows, device):
     return (torch.searchsorted(row_start.contiguous(), rows, right=True) - 1).clamp(min=0)
 
 
-def sampling_probs(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, backend="auto"):
+def sampling_probs(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, backend="auto",
+                   validate=None):
     """Probabilities after the sampling transform (specops.reference, section 2) for rows of
     logits [..., V] (1 <= V <= 2**22); per-row parameters are scalars or tensors of shape
-    [...].  Returns (probs float32 [..., V], valid bool [...])."""
+    [...].  Returns (probs float32 [..., V], valid bool [...]).  ``validate`` as in
+    ``verify_block``: a row whose own parameters are malformed and were not checked on the
+    host is invalid (zeros, valid False)."""
+    _check_validate(validate)
     _check_tensor("logits", logits, LOGIT_DTYPES)
     if logits.dim() < 1 or not 1 <= logits.shape[-1] <= _ref.MAX_VOCAB:
         raise ValueError(f"logits must have a vocabulary dimension V in [1, {_ref.MAX_VOCAB}], "
@@ -556,7 +613,7 @@ def sampling_probs(logits, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0, backe
             if tuple(v.shape) != tuple(lead):
                 raise ValueError(f"{name} must be a scalar or have shape {tuple(lead)}")
             v = v.reshape(-1)
-        return _per_request(name, v, n, dtype, dev, rng)
+        return _per_request(name, v, n, dtype, dev, rng, validate=validate)
     inv = _inv_temperature(flat("temperature", temperature, torch.float32, TEMPERATURE))
     k = flat("top_k", top_k, torch.int64, TOP_K)
     p = flat("top_p", top_p, torch.float32, TOP_P)

@@ -37,12 +37,13 @@ all-greedy batch).  With ``target_probs`` the argmax is taken over the given pro
 without it a tiny T such as 1e-45 would overflow ``1/T`` and turn every row invalid.)
 
 *Ragged blocks* (Reading): the effective block length of request b is
-``min(num_draft_tokens[b], index of the first draft id that is < 0 or >= V)``.  A ``-1`` at
+``min(num_draft_tokens[b], index of the first draft id that is -1)``.  A ``-1`` at
 position j therefore ends the block: position j emits a token drawn from ``p_j`` (the bonus
 rule, stream tag 1 at position j), which is also exactly what a rejected "no-token" draft
 with point mass nowhere would emit.  Rows after the last one a request needs are never read.
-The public API rejects ids ``>= V`` and ``< -1`` with ValueError; the native code treats them
-as the end of the block so that no out-of-range index is ever used.
+Ids ``>= V`` or ``< -1`` are errors: the public API raises ValueError where it checks values
+on the host, and every backend treats such a request as malformed (section 8), so that no
+out-of-range index is ever used.
 
 2. The target transform (logits -> probabilities), identical in every backend
 -----------------------------------------------------------------------------
@@ -161,6 +162,34 @@ The single-purpose steps are views over this walk, not separate implementations:
 the probabilities); an invalid target row is passed on as a row of NaN, which the accept test
 rejects and the draw reports invalid, so the composition equals the fused walk on every input.
 
+8. Malformed requests (the guards every backend applies)
+-------------------------------------------------------
+The public call checks argument values on the host where that is free (Python scalars, CPU
+tensors) and raises ``ValueError``; with ``validate=False``, under ``torch.compile`` or
+CUDA-graph capture, and for CUDA tensors by default, it reads no tensor value and the
+backends apply these guards instead.  A request is *malformed* if any of its own values is out
+of contract:
+
+* ``inv_t`` is NaN, negative or +inf (the host maps a temperature that is NaN, negative or
+  not finite to ``inv_t = NaN``: ``inv_temperature``);
+* ``top_k < 0``; ``top_p`` NaN or outside ``(0, 1]``; ``min_p`` NaN or outside ``[0, 1]``;
+* with target probabilities: ``inv_t`` not 0 or 1, or a filter on (``top_k != 0``,
+  ``top_p != 1``, ``min_p != 0``);
+* ``num_draft < 0`` or ``num_draft > max_k``;
+* one of its draft ids ``draft_ids[draft_row_start + j]``, ``j < num_draft`` (those inside
+  the id tensor), is ``< -1`` or ``>= V``.  (``-1`` is padding: it ends the block, section 1;
+  ids after it are still checked.)
+
+A malformed request emits nothing: its row is all ``-1``, ``num_accepted = 0``,
+``valid = False``, and no target or draft row of it is read.  Its neighbours are untouched.
+In ``sampling_probs`` a row whose own parameters are malformed (the first two bullets) is
+invalid: zeros and ``valid = False``.
+
+The vocabulary-split GPU pipeline (``triton_kernels/pipeline``) computes the same row
+statistics as this module by reductions over vocabulary chunks: maxima, lowest-index argmax,
+counts and the integer masses of sections 2 and 5 combine exactly in any order, so it emits
+the same tokens.
+
 The reference itself is written for clarity (a loop over requests, numpy per row); it is the
 oracle, not a fast path.
 """
@@ -260,13 +289,40 @@ def pexp(d) -> np.ndarray:
 
 
 def inv_temperature(temperature) -> np.ndarray:
-    """Host-side 1/T: float32(1 / float64(float32(T))); 0 for greedy (T < 1e-5)."""
+    """Host-side 1/T: float32(1 / float64(float32(T))); 0 for greedy (T < 1e-5); NaN for a
+    temperature that is NaN, negative or infinite (a malformed request, section 8)."""
     t32 = np.asarray(temperature, dtype=np.float32)
-    hot = t32 >= GREEDY_TEMPERATURE
+    with np.errstate(invalid="ignore"):
+        hot = t32 >= GREEDY_TEMPERATURE
+        ok = (t32 >= 0) & np.isfinite(t32)
     t = t32.astype(np.float64)
     with np.errstate(divide="ignore"):
         inv = np.where(hot, 1.0 / np.where(hot, t, 1.0), 0.0)
-    return inv.astype(np.float32)
+    return np.where(ok, inv, np.nan).astype(np.float32)
+
+
+def params_ok(inv_t, top_k, top_p, min_p) -> bool:
+    """The sampling parameters of one request are inside the contract (section 8)."""
+    inv_t, top_p, min_p = np.float32(inv_t), np.float32(top_p), np.float32(min_p)
+    return bool(0 <= inv_t < np.inf and int(top_k) >= 0 and 0 < top_p <= 1
+                and 0 <= min_p <= 1)
+
+
+def request_ok(inv_t, top_k, top_p, min_p, target_is_probs, num_draft, max_k, draft_ids,
+               d0, V) -> bool:
+    """Request b is not malformed (section 8)."""
+    if not params_ok(inv_t, top_k, top_p, min_p):
+        return False
+    if target_is_probs and not (np.float32(inv_t) in (0, 1) and int(top_k) == 0
+                                and np.float32(top_p) == 1 and np.float32(min_p) == 0):
+        return False
+    nd = int(num_draft)
+    if not 0 <= nd <= max_k:
+        return False
+    for j in range(nd):
+        if 0 <= d0 + j < draft_ids.size and not -1 <= int(draft_ids[d0 + j]) < V:
+            return False
+    return True
 
 
 def logits_row_valid(x: np.ndarray) -> bool:
@@ -307,7 +363,7 @@ def transform_row(logits, inv_t, top_k=0, top_p=1.0, min_p=0.0):
     l = np.asarray(logits).astype(np.float32)
     V = l.size
     p = np.zeros(V, dtype=np.float32)
-    if not logits_row_valid(l):
+    if not params_ok(inv_t, top_k, top_p, min_p) or not logits_row_valid(l):
         return p, False
     inv_t = np.float32(inv_t)
     if inv_t == 0:
@@ -370,9 +426,9 @@ def draw_from(r, p, U) -> int:
 
 # ----------------------------------------------------------------------------- the walk
 def _block_length(draft_ids: np.ndarray, d0: int, kmax: int, V: int, n_rows: int):
-    """(kb, oob): the effective block length min(num_draft, max_k), cut at the first id
-    outside [0, V); ``oob`` if the cut is a draft index outside [0, n_rows) (the request is
-    then invalid at kb: that row does not exist)."""
+    """(kb, oob): the effective block length num_draft (<= max_k in a request that is not
+    malformed), cut at the first id -1; ``oob`` if the cut is a draft index outside
+    [0, n_rows) (the request is then invalid at kb: that row does not exist)."""
     for j in range(max(kmax, 0)):
         if not 0 <= d0 + j < n_rows:
             return j, True
@@ -407,7 +463,10 @@ def verify_rows_ref(target, target_is_probs, target_row_start, draft_ids, draft_
     n_draft_rows = draft_ids.size if draft is None else min(draft_ids.size, len(draft))
     for b in range(B):
         t0, d0 = int(target_row_start[b]), int(draft_row_start[b])
-        kb, oob = _block_length(draft_ids, d0, min(int(num_draft[b]), max_k), V, n_draft_rows)
+        if not request_ok(inv_temp[b], top_k[b], top_p[b], min_p[b], target_is_probs,
+                          num_draft[b], max_k, draft_ids, d0, V):
+            continue                                      # malformed: nothing emitted
+        kb, oob = _block_length(draft_ids, d0, int(num_draft[b]), V, n_draft_rows)
         ids_b = draft_ids[d0:d0 + kb] if kb else draft_ids[:0]
         greedy = np.float32(inv_temp[b]) == 0
         sd, off = int(seed[b]), int(offset[b])

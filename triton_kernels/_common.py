@@ -366,18 +366,39 @@ def draw_row(t_row, q_row, V, y, u_lo, u_hi, inv_t, t_stats, q_ok, q_stats,
 
 # ----------------------------------------------------------------------------- blocks
 @triton.jit
-def block_length(ids_ptr, d0, num_draft, n_draft_rows, V, MAXK, MAXK_P2: tl.constexpr):
-    """(kb, oob): the effective block length min(num_draft, max_k), cut at the first draft
-    id outside [0, V) or the first draft index d0 + j outside [0, n_draft_rows); ``oob``
-    when the cut is such an index (the row at kb does not exist: the request is invalid
-    if it gets there)."""
+def params_ok(inv_t, top_k, top_p, min_p):
+    """The sampling parameters are inside the contract (reference section 8; NaN fails)."""
+    return ((inv_t >= 0.0) & (inv_t < POS_INF) & (top_k >= 0) & (top_p > 0.0) & (top_p <= 1.0)
+            & (min_p >= 0.0) & (min_p <= 1.0))
+
+
+@triton.jit
+def request_ok(req, T_PROBS: tl.constexpr):
+    """The request's own parameters are inside the contract (its ids: ``block_length``)."""
+    inv_t, top_k, top_p, min_p, seed, offset = req
+    ok = params_ok(inv_t, top_k, top_p, min_p)
+    if T_PROBS:
+        ok = ok & ((inv_t == 0.0) | (inv_t == 1.0)) & (top_k == 0) & (top_p == 1.0) & (min_p == 0.0)
+    return ok
+
+
+@triton.jit
+def block_length(ids_ptr, d0, num_draft, n_ids, n_draft_rows, V, MAXK,
+                 MAXK_P2: tl.constexpr):
+    """(kb, oob, ids_ok): the block length num_draft, cut at the first id -1 or the first
+    draft index d0 + j outside [0, n_draft_rows) (``oob``: the row at kb does not exist, the
+    request is invalid if it gets there); ``ids_ok``: num_draft is in [0, MAXK] and every id
+    of the request inside [0, n_ids) is in [-1, V) (else the request is malformed)."""
     lim = tl.minimum(tl.maximum(num_draft, 0), MAXK).to(tl.int32)
     pos = tl.arange(0, MAXK_P2)
     row = d0 + pos
     in_block = pos < lim
+    in_ids = (row >= 0) & (row < n_ids)
     row_exists = (row >= 0) & (row < n_draft_rows)
-    ids = tl.load(ids_ptr + row, mask=in_block & row_exists, other=-1)
-    ends = in_block & ((~row_exists) | (ids < 0) | (ids >= V))
+    ids = tl.load(ids_ptr + row, mask=in_block & in_ids, other=-1)
+    bad = in_block & in_ids & ((ids < -1) | (ids >= V))
+    ids_ok = (tl.max(bad.to(tl.int32), axis=0) == 0) & (num_draft >= 0) & (num_draft <= MAXK)
+    ends = in_block & ((~row_exists) | (ids == -1))
     kb = tl.min(tl.where(ends, pos, lim), axis=0)
     oob = tl.max(((pos == kb) & in_block & (~row_exists)).to(tl.int32), axis=0) != 0
-    return kb, oob
+    return kb, oob, ids_ok

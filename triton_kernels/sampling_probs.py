@@ -3,7 +3,7 @@ import torch
 import triton
 import triton.language as tl
 
-from ._common import NEG_INF, load_f32, logits_scan, probs_from_logits, row_stats
+from ._common import NEG_INF, load_f32, logits_scan, params_ok, probs_from_logits, row_stats
 from ._launch import block_v, launch_opts
 
 
@@ -24,16 +24,23 @@ def _sampling_probs_kernel(
     row_ptr = l_ptr + row * l_stride
     o_ptr = out_ptr + row * V
     inv_t = tl.load(inv_t_ptr + row)
+    top_k = tl.load(top_k_ptr + row)
+    top_p = tl.load(top_p_ptr + row)
+    min_p = tl.load(min_p_ptr + row)
     offs = tl.arange(0, BLOCK_V)
-    if inv_t == 0.0:                               # greedy: one-hot at the lowest argmax
+    if not params_ok(inv_t, top_k, top_p, min_p):  # malformed row: zeros, invalid
+        valid = tl.full([], False, tl.int1)
+        for start in range(0, V, BLOCK_V):
+            idx = start + offs
+            tl.store(o_ptr + idx, tl.zeros([BLOCK_V], tl.float32), mask=idx < V)
+    elif inv_t == 0.0:                             # greedy: one-hot at the lowest argmax
         valid, x_max, arg = logits_scan(row_ptr, V, 1.0, BLOCK_V)
         for start in range(0, V, BLOCK_V):
             idx = start + offs
             one_hot = tl.where(idx == arg, 1.0, 0.0)
             tl.store(o_ptr + idx, tl.where(valid, one_hot, 0.0), mask=idx < V)
     else:
-        valid, stats = row_stats(row_ptr, V, inv_t, tl.load(top_k_ptr + row),
-                                 tl.load(top_p_ptr + row), tl.load(min_p_ptr + row), BLOCK_V)
+        valid, stats = row_stats(row_ptr, V, inv_t, top_k, top_p, min_p, BLOCK_V)
         for start in range(0, V, BLOCK_V):
             idx = start + offs
             msk = idx < V

@@ -15,7 +15,7 @@ import triton
 import triton.language as tl
 
 from ._common import (TAG_SAMPLE, accept_uniform, block_length, draw_row, logits_scan,
-                      prob_at, probs_check_argmax, row_stats, stream_words)
+                      prob_at, probs_check_argmax, request_ok, row_stats, stream_words)
 from ._launch import block_v, launch_opts, next_pow2
 
 
@@ -128,7 +128,8 @@ def _visit(t_ptr, t_stride, N, t0, q_ptr, q_stride, ids_ptr, d0, V, j, kb, draft
     return accepted, token
 
 
-@triton.jit(do_not_specialize=["t_stride", "N", "q_stride", "n_draft_rows", "V", "MAXK"])
+@triton.jit(do_not_specialize=["t_stride", "N", "n_ids", "q_stride", "n_draft_rows", "V",
+                               "MAXK"])
 def _verify_kernel(
     t_ptr,             # [N, V] target logits (float32 / bfloat16 / float16) or float32 probs
     t_stride,          # elements between consecutive target rows (t_ptr's row stride)
@@ -137,6 +138,7 @@ def _verify_kernel(
     ids_ptr,           # [n_ids] int64 draft token ids, request b's at d_start[b] + j
     d_start_ptr,       # [B] int64 first draft id (and draft row) of each request
     n_draft_ptr,       # [B] int64 number of draft tokens of each request
+    n_ids,             # draft ids in the id tensor
     n_draft_rows,      # draft indices in [0, n_draft_rows) exist: n_ids, or min(n_ids, T)
     q_ptr,             # [T, V] draft probs (Q_MODE 1) or logits (Q_MODE 2); t_ptr if Q_MODE 0
     q_stride,          # elements between consecutive draft rows
@@ -164,9 +166,12 @@ def _verify_kernel(
     d0 = tl.load(d_start_ptr + b)
     req = (tl.load(inv_t_ptr + b), tl.load(top_k_ptr + b), tl.load(top_p_ptr + b),
            tl.load(min_p_ptr + b), tl.load(seed_ptr + b), tl.load(offset_ptr + b))
-    kb, draft_oob = block_length(ids_ptr, d0, tl.load(n_draft_ptr + b), n_draft_rows, V, MAXK,
-                                 MAXK_P2)
-    if FORCED:
+    kb, draft_oob, ids_ok = block_length(ids_ptr, d0, tl.load(n_draft_ptr + b), n_ids,
+                                         n_draft_rows, V, MAXK, MAXK_P2)
+    if not (ids_ok & request_ok(req, T_PROBS)):           # malformed: nothing emitted
+        nacc = tl.full([], 0, tl.int32)
+        token = tl.full([], -1, tl.int32)
+    elif FORCED:
         forced = tl.load(forced_ptr + b)
         nacc = tl.minimum(tl.maximum(forced, 0), kb).to(tl.int32)
         token = tl.full([], -1, tl.int32)
@@ -210,7 +215,7 @@ def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start
     q = target if draft is None else draft
     _verify_kernel[(B,)](
         target, target.stride(0), N, target_row_start, draft_ids, draft_row_start, num_draft,
-        n_draft_rows, q, q.stride(0), inv_temp, top_k, top_p, min_p, seed, offset,
+        draft_ids.numel(), n_draft_rows, q, q.stride(0), inv_temp, top_k, top_p, min_p, seed, offset,
         forced_num_accepted, tok, nacc, valid, V, max_k,
         T_PROBS=bool(target_is_probs), Q_MODE=q_mode, FORCED=forced_num_accepted is not None,
         BLOCK_V=block_v(V, dev), MAXK_P2=max(16, next_pow2(max_k)),

@@ -99,6 +99,10 @@ void sampling_probs(const Mat& lg, const TransformParams& prm, float* out_probs,
     float* out = out_probs + i * V;
     out_valid[i] = 0;
     const float inv_t = prm.inv_temp[i];
+    if (!params_ok(inv_t, prm.top_k[i], prm.top_p[i], prm.min_p[i])) {
+      std::fill(out, out + V, 0.0f);
+      return;
+    }
     if (inv_t == 0.0f) {
       const int64_t am = greedy_argmax_row(lg, i, out);
       std::fill(out, out + V, 0.0f);

@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 
+#include "core/float_bits.h"
 #include "core/workspace.h"
 #include "kernels.h"
 
@@ -38,5 +39,12 @@ struct TopP {
 };
 constexpr int64_t kKeptUnknown = -1;
 TopP top_p_select(const float* e, int64_t V, float top_p, int64_t S, Work& w);
+
+// The sampling parameters are inside the contract (reference section 8); a row whose own
+// parameters are not is invalid, a request malformed.
+inline bool params_ok(float inv_t, int64_t top_k, float top_p, float min_p) {
+  return inv_t >= 0.0f && inv_t < kInf && top_k >= 0 && top_p > 0.0f && top_p <= 1.0f &&
+         min_p >= 0.0f && min_p <= 1.0f;
+}
 
 }  // namespace specops

@@ -6,6 +6,7 @@
 
 #include "core/float_bits.h"
 #include "kernels.h"
+#include "transform/transform.h"
 
 namespace specops {
 
@@ -14,20 +15,18 @@ struct Block {
   bool oob = false;  // draft index d0 + kb is outside the draft arrays: invalid at kb
 };
 
-// min(num_draft, max_k, the first j whose id is outside [0, V) or whose draft index d0 + j
-// is outside [0, tlim)).
-inline Block block_length(const IntCol& ids, int64_t d0, int64_t nd, int64_t max_k,
-                          int64_t tlim, int64_t V) {
+// min(num_draft, the first j whose id is -1 or whose draft index d0 + j is outside
+// [0, tlim)); num_draft is in [0, max_k] and every id in [-1, V) (request_malformed).
+inline Block block_length(const IntCol& ids, int64_t d0, int64_t nd, int64_t tlim) {
   Block bl;
-  bl.kb = std::max<int64_t>(std::min(nd, max_k), 0);
+  bl.kb = nd;
   for (int64_t j = 0; j < bl.kb; ++j) {
     if (!in_range(d0, j, tlim)) {
       bl.kb = j;
       bl.oob = true;
       break;
     }
-    const int64_t id = ids[d0 + j];
-    if (id < 0 || id >= V) {
+    if (ids[d0 + j] == -1) {
       bl.kb = j;
       break;
     }
@@ -35,9 +34,28 @@ inline Block block_length(const IntCol& ids, int64_t d0, int64_t nd, int64_t max
   return bl;
 }
 
+// Request b is malformed (reference section 8): it emits nothing and reads no row.
+inline bool request_malformed(const VerifyArgs& a, int64_t b) {
+  const float inv_t = a.params.inv_temp[b], top_p = a.params.top_p[b], min_p = a.params.min_p[b];
+  const int64_t top_k = a.params.top_k[b];
+  if (!params_ok(inv_t, top_k, top_p, min_p)) return true;
+  if (a.target_is_probs &&
+      !((inv_t == 0.0f || inv_t == 1.0f) && top_k == 0 && top_p == 1.0f && min_p == 0.0f))
+    return true;
+  const int64_t nd = a.num_draft[b], d0 = a.draft_row_start[b], V = a.target.cols;
+  if (nd < 0 || nd > a.max_k) return true;
+  for (int64_t j = 0; j < nd; ++j) {
+    if (!in_range(d0, j, a.num_ids)) continue;
+    const int64_t id = a.draft_ids[d0 + j];
+    if (id < -1 || id >= V) return true;
+  }
+  return false;
+}
+
 struct RequestView {
   int64_t V = 0, N = 0;   // vocabulary, target rows
   int64_t t0 = 0, d0 = 0;  // first target row, first draft index
+  bool malformed = false;  // nothing is read or emitted
   Block block;
   float inv_t = 0.0f;
   bool greedy = false;
@@ -57,7 +75,8 @@ struct RequestView {
     if (has_draft && a.draft.cols != V) tlim = 0;  // cannot happen through cpu.py
     t0 = a.target_row_start[b];
     d0 = a.draft_row_start[b];
-    block = block_length(a.draft_ids, d0, a.num_draft[b], a.max_k, tlim, V);
+    malformed = request_malformed(a, b);
+    if (!malformed) block = block_length(a.draft_ids, d0, a.num_draft[b], tlim);
     inv_t = a.params.inv_temp[b];
     greedy = inv_t == 0.0f;
     top_k = a.params.top_k[b];

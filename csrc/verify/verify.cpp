@@ -33,6 +33,7 @@ class Walk {
 
   void run() {
     const int64_t kb = r_.block.kb;
+    if (r_.malformed) return;
     if (r_.forced) {
       if (r_.forced_accepted < 0) return finish(0, -1);
       const int64_t js = std::min(r_.forced_accepted, kb);
