@@ -151,9 +151,13 @@ def bitwise_checks(budget_end):
                         break
                     a = canon(3, 2, V, setting, dtype=dtype, mode=mode, seed=V + len(setting))
                     try:
-                        got = [t.cpu() for t in TB.verify(**a)]
                         ref = RB.verify(**to_cpu(a))
-                        ok = all(torch.equal(x, y) for x, y in zip(got, ref))
+                        ok = True
+                        for path in ("split", "fused"):
+                            os.environ["SPECOPS_TRITON_PIPELINE"] = path
+                            got = [t.cpu() for t in TB.verify(**a)]
+                            ok &= all(torch.equal(x, y) for x, y in zip(got, ref))
+                        os.environ["SPECOPS_TRITON_PIPELINE"] = "auto"
                         detail = "" if ok else f"triton {got[0].tolist()} ref {ref[0].tolist()}"
                         record(f"verify V={V} {dn} {mode} {setting}", ok, detail)
                     except Exception as exc:   # noqa: BLE001
@@ -278,6 +282,10 @@ def time_one(V, B, K, setting):
     r["copy"] = cuda_time(lambda: dst.copy_(src))
     r["sum"] = cuda_time(lambda: (a["target"].sum(dtype=torch.float32), a["draft"].sum()))
     r["triton"] = cuda_time(lambda: TB.verify(**a))
+    for path in ("split", "fused"):              # both Triton paths, whatever auto picks
+        os.environ["SPECOPS_TRITON_PIPELINE"] = path
+        r[path] = cuda_time(lambda: TB.verify(**a))
+    os.environ["SPECOPS_TRITON_PIPELINE"] = "auto"
     lg = a["target"].view(B, K + 1, V)
     ids = a["draft_ids"].view(B, K)
     q = a["draft"].view(B, K, V)
@@ -379,10 +387,12 @@ def main():
     md += ["", "## verify vs torch eager vs HBM floor (bf16 logits + fp32 draft probs)\n",
            "floor = device-to-device copy of the same bytes (reads and writes them); sum = "
            "torch sum over both tensors (reads once).\n",
-           "| V | B | K | setting | MB | triton ms | eager ms | copy ms | sum ms | triton/copy |"
-           " eager/copy | eager/triton |", "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "| V | B | K | setting | MB | triton ms | split ms | fused ms | eager ms | copy ms | "
+           "sum ms | triton/copy | eager/copy | eager/triton |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     md += [f"| {r['V']} | {r['B']} | {r['K']} | {r['setting']} | {r['MB']:.1f} | "
-           f"{r['triton']:.3f} | {r['eager']:.3f} | {r['copy']:.3f} | {r['sum']:.3f} | "
+           f"{r['triton']:.3f} | {r['split']:.3f} | {r['fused']:.3f} | {r['eager']:.3f} | "
+           f"{r['copy']:.3f} | {r['sum']:.3f} | "
            f"{r['triton'] / r['copy']:.2f} | {r['eager'] / r['copy']:.2f} | "
            f"{r['eager'] / r['triton']:.2f} |" for r in rows]
     if skipped:

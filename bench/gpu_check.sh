@@ -3,9 +3,13 @@
 # (torch and triton preinstalled; nothing is built or downloaded).  Finishes in < 8 minutes:
 #   1. environment check (torch sees CUDA, triton imports)
 #   2. the CUDA test subset: tests/test_triton.py with compiled kernels (TRITON_INTERPRET=0)
-#   3. bench/gpu_bench.py: bitwise agreement with the numpy reference at V up to 151936, and
-#      timings of each op and of verify at the DESIGN.md section 6 shapes against the HBM
-#      floor (device-to-device copy of the same bytes) and a torch-eager verifier.
+#   3. bench/gpu_capture.py: verify_block(validate=False, max_num_draft_tokens=K) captured in
+#      a CUDA graph and replayed on new inputs (malformed requests included) == eager, for the
+#      fused and the vocabulary-split Triton paths
+#   4. bench/gpu_bench.py: bitwise agreement with the numpy reference at V up to 151936 (both
+#      Triton paths), and timings of each op and of verify (auto, split, fused) at the
+#      DESIGN.md section 6 shapes against the HBM floor (device-to-device copy of the same
+#      bytes) and a torch-eager verifier.
 # Results: $OUT/gpu_results.md if OUT is set, else bench/results/gpu.md.  A short table last.
 # Usage: bash bench/gpu_check.sh            (from anywhere; uses this checkout via PYTHONPATH)
 #        PYTHON=/path/to/python TEST_TIMEOUT_S=160 BENCH_BUDGET_S=190 bash bench/gpu_check.sh
@@ -35,7 +39,7 @@ export PYTHONUNBUFFERED=1
 
 step() { echo; echo "[gpu_check +$(( $(date +%s) - T0 ))s] $*"; }
 
-step "1/3 environment"
+step "1/4 environment"
 command -v nvidia-smi >/dev/null 2>&1 && nvidia-smi --query-gpu=name,memory.total,driver_version \
   --format=csv,noheader || echo "(nvidia-smi not found)"
 if ! "$PY" - <<'PYEOF'
@@ -54,19 +58,29 @@ then
   exit 2
 fi
 
-step "2/3 CUDA test subset: tests/test_triton.py (compiled kernels, timeout ${TEST_TIMEOUT_S}s)"
+step "2/4 CUDA test subset: tests/test_triton.py (compiled kernels, timeout ${TEST_TIMEOUT_S}s)"
 TEST_RC=0
 timeout --signal=INT --kill-after=15 "$TEST_TIMEOUT_S" \
   "$PY" -m pytest -q -x -p no:cacheprovider tests/test_triton.py 2>&1 | tee "$TESTLOG" || TEST_RC=$?
 [[ $TEST_RC -eq 0 ]] && echo "[gpu_check] tests passed" || echo "[gpu_check] tests: exit status $TEST_RC (124/130 = timed out)"
 
-step "3/3 bitwise agreement at large V + timings (budget ${BENCH_BUDGET_S}s)"
+step "3/4 CUDA-graph capture and replay"
+CAPTURE_RC=0
+timeout --kill-after=10 120 "$PY" "$REPO/bench/gpu_capture.py" 2>&1 | tee "$LOGDIR/gpu_capture.log" \
+  || CAPTURE_RC=$?
+
+step "4/4 bitwise agreement at large V + timings (budget ${BENCH_BUDGET_S}s)"
 BENCH_RC=0
 timeout --kill-after=10 $(( BENCH_BUDGET_S + 60 )) \
   "$PY" "$REPO/bench/gpu_bench.py" --out "$RESULTS" --budget-s "$BENCH_BUDGET_S" \
   --tests-log "$TESTLOG" || BENCH_RC=$?
 
 step "done"
-echo "tests: exit status $TEST_RC; bench: exit status $BENCH_RC (1 = bitwise mismatch)"
+echo "tests: exit status $TEST_RC; capture: exit status $CAPTURE_RC; bench: exit status" \
+  "$BENCH_RC (1 = bitwise mismatch)"
+if [[ -f "$LOGDIR/gpu_capture.log" ]]; then
+  { echo; echo "## CUDA-graph capture (bench/gpu_capture.py)"; echo; echo '```'
+    cat "$LOGDIR/gpu_capture.log"; echo '```'; } >> "$RESULTS"
+fi
 echo "results: $RESULTS"
-[[ $TEST_RC -eq 0 && $BENCH_RC -eq 0 ]]
+[[ $TEST_RC -eq 0 && $CAPTURE_RC -eq 0 && $BENCH_RC -eq 0 ]]

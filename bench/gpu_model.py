@@ -4,10 +4,12 @@ The kernels run in Triton's interpreter (TRITON_INTERPRET=1) with its memory ops
 count, per launch: programs, bytes loaded / stored by active lanes (masked-off lanes cost
 nothing; atomics count one load + one store) and the bytes of the busiest program.  Torch
 ops run by specops during the call (fills, copies: device kernels on CUDA) are counted as
-launches too.  The interpreter is too slow at V = 128256, so small V and B are measured, the
-counts are fitted bilinearly in (B, V) and extrapolated; the fit error is reported.
+launches too.  The interpreter is too slow at V = 128256, so small V and B are measured, each
+launch's counts are fitted by a + bB + cV + dBV + eBV^2 and extrapolated; the fit errors
+are reported.  The split pipeline (SPECOPS_TRITON_PIPELINE=split) is modelled beside the
+fused one when the variable is honoured.
 
-    python -m bench.gpu_model [--quick] [--pipeline fused|split|both]
+    python -m bench.gpu_model [--quick] [--all] [--pipeline fused|split|both]
 
 writes bench/results/gpu_model.md (not with --quick).
 """
@@ -20,6 +22,7 @@ os.environ.setdefault("TRITON_INTERPRET", "1")     # must precede the first trit
 import argparse  # noqa: E402
 import contextlib  # noqa: E402
 import dataclasses  # noqa: E402
+import inspect  # noqa: E402
 import sys  # noqa: E402
 import time  # noqa: E402
 
@@ -34,7 +37,8 @@ PER_SM_BW = 50e9         # ASSUMPTION: one SM streams ~40-60 GB/s; one program p
 LAUNCH_US = 2.5          # per launch, eager
 GRAPH_LAUNCH_US = 1.0    # per launch, CUDA-graph replay
 V_REAL, K, BATCHES = 128256, 4, (1, 8, 32, 64)
-GPU_BLOCK_V = 1024       # the GPU's vocabulary tile: the draw's early exit stops on a tile
+GPU_TILE = 1024          # the GPU's vocabulary tile (triton_kernels/_launch.py GPU_BLOCK_V)
+RUN_TILE = 4096          # the tile measured with: 2-3x faster, the same bytes (see inputs)
 OUT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "gpu_model.md")
 
 
@@ -46,14 +50,18 @@ class Launch:
     loaded: int = 0
     stored: int = 0
     busiest: int = 0                 # loaded + stored of the busiest program
+    rows: int = 0                    # loaded from the `rows` tensors (target, draft)
     per_program: dict = dataclasses.field(default_factory=dict, repr=False)
 
 
-def _nbytes(ptrs, mask):
-    bits = ptrs.get_element_ty().primitive_bitwidth
-    lanes = ptrs.data.size if mask is None else int(np.count_nonzero(
-        np.broadcast_to(mask.data, ptrs.data.shape)))
-    return lanes * max(1, bits // 8)     # int1 pointers are bytes in memory
+def _nbytes(ptrs, mask, ranges=()):
+    """-> (bytes of the active lanes, of those inside one of the address ranges)."""
+    size = max(1, ptrs.get_element_ty().primitive_bitwidth // 8)   # int1: a byte in memory
+    active = np.ones(ptrs.data.shape, bool) if mask is None else np.broadcast_to(
+        mask.data.astype(bool), ptrs.data.shape)
+    inside = sum(int(np.count_nonzero(active & (ptrs.data >= lo) & (ptrs.data < hi)))
+                 for lo, hi in ranges)
+    return int(np.count_nonzero(active)) * size, inside * size
 
 
 # Torch ops that launch nothing on CUDA: allocation, metadata, host scalars.
@@ -74,41 +82,32 @@ class _TorchOps(TorchDispatchMode):
 
 
 @contextlib.contextmanager
-def count_launches(torch_ops=True):
+def count_launches(torch_ops=True, rows=()):
     """Yield a list that fills with one Launch per Triton launch (and per device-kernel torch
-    op with torch_ops) in the block; the interpreter is restored on exit."""
+    op with torch_ops) in the block; loads from the tensors `rows` are also counted apart
+    (the interpreter runs CPU tensors in place: their addresses are the kernels').  The
+    interpreter is restored on exit."""
     records, state = [], {"in_kernel": False, "cur": None, "pid": None}
+    ranges = [(t.data_ptr(), t.data_ptr() + t.numel() * t.element_size())
+              for t in rows if t is not None]
     B, G = I.InterpreterBuilder, I.GridExecutor
-    saved = {(B, n): getattr(B, n) for n in ("create_masked_load", "create_masked_store",
-                                            "create_atomic_cas", "create_atomic_rmw",
-                                            "set_grid_idx")}
-    saved[(G, "__call__")] = G.__call__
+    saved = {(cls, n): getattr(cls, n) for cls, n in (
+        (B, "create_masked_load"), (B, "create_masked_store"), (B, "create_atomic_cas"),
+        (B, "create_atomic_rmw"), (B, "set_grid_idx"), (G, "__call__"))}
 
-    def add(n_load, n_store):
-        rec = state["cur"]
-        if rec is not None:
-            rec.loaded += n_load
-            rec.stored += n_store
-            rec.per_program[state["pid"]] = rec.per_program.get(state["pid"], 0) + n_load + n_store
-
-    # create_load / create_store / atomic load+store / descriptor ops all go through these two
-    def masked_load(self, ptrs, mask, *a, **k):
-        add(_nbytes(ptrs, mask), 0)
-        return saved[(B, "create_masked_load")](self, ptrs, mask, *a, **k)
-
-    def masked_store(self, ptrs, value, mask, *a, **k):
-        add(0, _nbytes(ptrs, mask))
-        return saved[(B, "create_masked_store")](self, ptrs, value, mask, *a, **k)
-
-    def atomic_cas(self, ptr, *a, **k):
-        n = _nbytes(ptr, None)
-        add(n, n)
-        return saved[(B, "create_atomic_cas")](self, ptr, *a, **k)
-
-    def atomic_rmw(self, op, ptr, val, mask, *a, **k):
-        n = _nbytes(ptr, mask)
-        add(n, n)
-        return saved[(B, "create_atomic_rmw")](self, op, ptr, val, mask, *a, **k)
+    def counted(name, ptr_at, mask_at, load, store):
+        """The builder method `name`, counting its pointer / mask arguments' active lanes."""
+        def method(self, *args, **kwargs):
+            rec, pid = state["cur"], state["pid"]
+            if rec is not None:
+                n, inside = _nbytes(args[ptr_at], None if mask_at is None else args[mask_at],
+                                    ranges)
+                rec.rows += inside * load
+                rec.loaded += n * load
+                rec.stored += n * store
+                rec.per_program[pid] = rec.per_program.get(pid, 0) + n * (load + store)
+            return saved[(B, name)](self, *args, **kwargs)
+        return method
 
     def set_grid_idx(self, x, y, z):
         state["pid"] = (x, y, z)
@@ -126,8 +125,12 @@ def count_launches(torch_ops=True):
             rec.programs = int(np.prod(rec.grid))
             rec.busiest = max(rec.per_program.values(), default=0)
 
-    patches = {(B, "create_masked_load"): masked_load, (B, "create_masked_store"): masked_store,
-               (B, "create_atomic_cas"): atomic_cas, (B, "create_atomic_rmw"): atomic_rmw,
+    # create_load / create_store, atomic load / store and descriptor loads / stores all go
+    # through the masked ones; an atomic is one load and one store of its active lanes
+    patches = {(B, "create_masked_load"): counted("create_masked_load", 0, 1, 1, 0),
+               (B, "create_masked_store"): counted("create_masked_store", 0, 2, 0, 1),
+               (B, "create_atomic_cas"): counted("create_atomic_cas", 0, None, 1, 1),
+               (B, "create_atomic_rmw"): counted("create_atomic_rmw", 1, 3, 1, 1),
                (B, "set_grid_idx"): set_grid_idx, (G, "__call__"): call}
     api, mode = sys.modules.get("specops.api"), None
     real_mode_fn = getattr(api, "_get_current_dispatch_mode", None)
@@ -150,50 +153,85 @@ def count_launches(torch_ops=True):
 
 
 # ----------------------------------------------------------------------------- the workload
-SETTINGS = [(dt, q, samp) for samp in ("T=1", "top_p=0.9", "top_k=50")
-            for dt in ("fp32", "bf16") for q in (True, False)]
 SAMPLING = {"T=1": {}, "top_p=0.9": {"top_p": 0.9}, "top_k=50": {"top_k": 50}}
+ALL_SETTINGS = [(dt, q, samp) for samp in SAMPLING for dt in ("fp32", "bf16")
+                for q in (True, False)]
+# a filter costs minutes in the interpreter: top-p with fp32 point-mass drafts (vLLM's usual
+# case) by default; --all adds top-k (the same 8 radix rounds) and the other dtype / drafts
+SETTINGS = ALL_SETTINGS[:4] + [("fp32", False, "top_p=0.9")]
 
 
 def inputs(B, V, dtype, with_q):
     """Every draft accepted (the target boosts each draft token by 20, a draft with probs is
-    flatter than the target) and the bonus token at V/2: every row is read, and the bonus
-    draw's scan stops half way, as for a uniformly placed token."""
+    flatter than the target), so every target row is read, and the bonus token at V/2 - 1.
+    With V a multiple of 8192 that token ends a 4096-element chunk and tile: the fused
+    draw's second pass reads exactly V/2 (as for a uniformly placed token), the split find
+    its chunk in full, for any tile up to 4096, so RUN_TILE counts the GPU tile's bytes."""
     g = torch.Generator().manual_seed(1234)
     t = torch.randn(B, K + 1, V, generator=g)
     ids = torch.randint(0, V, (B, K), generator=g)
     t[:, :K].scatter_add_(2, ids[..., None], torch.full((B, K, 1), 20.0))
-    t[:, K, V // 2] += 20.0
+    t[:, K, V // 2 - 1] += 20.0
     q = torch.softmax(t[:, :K] / 2, -1) if with_q else None
     return t.to(torch.bfloat16 if dtype == "bf16" else torch.float32), ids, q
 
 
-def measure(B, V, setting, pipeline=None):
+def gpu_chunk():
+    """The split pipeline's vocabulary chunk on the GPU (the interpreter's default differs)."""
+    try:
+        from specops.backends import triton as TB
+        return int(getattr(TB._K._launch, "GPU_CHUNK", 4096))
+    except (ImportError, AttributeError):
+        return 4096
+
+
+@contextlib.contextmanager
+def _env(**values):
+    """Set environment variables (None: unset) for the block, then restore them: the test
+    suite shares the process."""
+    saved = {k: os.environ.get(k) for k in values}
+    try:
+        for k, v in values.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+        yield
+    finally:
+        for k, v in saved.items():
+            os.environ.pop(k, None) if v is None else os.environ.__setitem__(k, v)
+
+
+def measure(B, V, setting, pipeline=None, tile=RUN_TILE):
     """One verify call (after a tiny warm-up call that fills specops' parameter cache) ->
-    its launch records.  Checks the walk went as planned."""
+    its launch records.  Checks the walk went as planned.  pipeline None: the variable
+    SPECOPS_TRITON_PIPELINE is unset (the launcher's default)."""
     import specops
     dtype, with_q, samp = setting
-    os.environ["SPECOPS_TRITON_BLOCK_V"] = str(GPU_BLOCK_V)
-    if pipeline:
-        os.environ["SPECOPS_TRITON_PIPELINE"] = pipeline    # read by the launcher per call
     kw = dict(temperature=1.0, seed=0, backend="triton", **SAMPLING[samp])
-    for v in (32, V):
-        t, ids, q = inputs(B, v, dtype, with_q)
-        if v == V:
-            with count_launches() as recs:
-                out = specops.verify_block(target_logits=t, draft_token_ids=ids, draft_probs=q,
-                                           **kw)
-        else:
-            specops.verify_block(target_logits=t, draft_token_ids=ids.clamp(max=31),
-                                 draft_probs=q, **kw)
-    assert out.num_accepted.eq(K).all() and out.token_ids[:, K].eq(V // 2).all(), out
+    if "validate" in inspect.signature(specops.verify_block).parameters:
+        kw["validate"] = False    # no host reads of values: the default for CUDA tensors
+    # the launcher reads these variables per call; the GPU's chunk, not the interpreter's
+    with _env(SPECOPS_TRITON_BLOCK_V=str(tile), SPECOPS_TRITON_CHUNK=str(gpu_chunk()),
+              SPECOPS_TRITON_PIPELINE=pipeline):
+        t, ids, q = inputs(B, 32, dtype, with_q)
+        specops.verify_block(target_logits=t, draft_token_ids=ids, draft_probs=q, **kw)
+        t, ids, q = inputs(B, V, dtype, with_q)
+        with count_launches(rows=(t, q)) as recs:
+            out = specops.verify_block(target_logits=t, draft_token_ids=ids, draft_probs=q,
+                                       **kw)
+    assert out.num_accepted.eq(K).all() and out.token_ids[:, K].eq(V // 2 - 1).all(), out
     return recs
 
 
 # ----------------------------------------------------------------------------- fit, model
-def _bilinear(points, values):
-    """Least squares v = a + b B + c V + d B V -> (coef, max relative error)."""
-    X = np.array([[1.0, b, v, b * v] for b, v in points])
+def _features(B, V, quad=True):
+    """[1, B, V, BV] (+ BV**2: per-request reads of per-chunk partials, C programs x C
+    partials per row, grow as V**2), V in units of 8192 for conditioning."""
+    v = V / 8192
+    return [1.0, B, v, B * v] + ([B * v * v] if quad else [])
+
+
+def _fit(points, values, quad=True):
+    """Least squares over _features -> (coef, max relative error at the points)."""
+    X = np.array([_features(b, v, quad) for b, v in points])
     y = np.array(values, dtype=float)
     coef = np.linalg.lstsq(X, y, rcond=None)[0]
     err = np.abs(X @ coef - y) / np.maximum(np.abs(y), 1.0)
@@ -201,17 +239,18 @@ def _bilinear(points, values):
 
 
 def _programs_model(points, progs):
-    """Grid size as c, c*B, c*ceil(V/C) or c*B*ceil(V/C) (C a power of 2) -> (formula, f)."""
-    cands = [("%d", lambda b, v, c, C: c), ("%d*B", lambda b, v, c, C: c * b)]
-    cands += [(f"%d*ceil(V/{C})", lambda b, v, c, C: c * -(-v // C)) for C in (2 ** i for i in range(4, 21))]
-    cands += [(f"%d*B*ceil(V/{C})", lambda b, v, c, C: c * b * -(-v // C)) for C in (2 ** i for i in range(4, 21))]
-    for fmt, f in cands:
-        C = int(fmt.split("/")[1].rstrip(")")) if "/" in fmt else 1
-        unit = f(*points[0], 1, C)
-        c = progs[0] // max(unit, 1)
-        if all(f(b, v, c, C) == p for (b, v), p in zip(points, progs)):
-            return fmt % c, lambda b, v, f=f, c=c, C=C: f(b, v, c, C)
-    return None, None
+    """Grid size as c * B**i * ceil(V/C)**j (C a power of 2) fitted exactly -> (formula, f);
+    else the rounded least-squares fit."""
+    for C in [1] + [2 ** i for i in range(4, 21)]:
+        for per_b in (False, True):
+            def f(b, v, c=1, C=C, per_b=per_b):
+                return c * (b if per_b else 1) * (-(-v // C) if C > 1 else 1)
+            c = progs[0] // max(f(*points[0]), 1)
+            if all(f(b, v, c) == p for (b, v), p in zip(points, progs)):
+                return (f"{c}" + "*B" * per_b + (f"*ceil(V/{C})" if C > 1 else ""),
+                        lambda b, v, f=f, c=c: f(b, v, c))
+    coef, err = _fit(points, progs)
+    return f"~fit (err {err:.0e})", lambda b, v: round(np.dot(coef, _features(b, v)))
 
 
 def model(runs):
@@ -223,16 +262,16 @@ def model(runs):
         raise RuntimeError(f"launch sequence depends on B or V: {names}")
     fits = []
     for i, name in enumerate(names[0]):
-        col = {f: [getattr(runs[p][i], f) for p in pts] for f in ("loaded", "stored", "busiest")}
-        fit = {f: _bilinear(pts, vals) for f, vals in col.items()}
+        fit = {f: _fit(pts, [getattr(runs[p][i], f) for p in pts])
+               for f in ("loaded", "stored", "busiest", "rows")}
         formula, prog = _programs_model(pts, [runs[p][i].programs for p in pts])
         fits.append((name, fit, formula, prog))
 
     def predict(B, V):
         out = []
         for name, fit, formula, prog in fits:
-            row = {f: max(0.0, float(np.dot(c, [1, B, V, B * V]))) for f, (c, _) in fit.items()}
-            row.update(kernel=name, programs=prog(B, V) if prog else float("nan"))
+            row = {f: max(0.0, float(np.dot(c, _features(B, V)))) for f, (c, _) in fit.items()}
+            row.update(kernel=name, programs=prog(B, V))
             out.append(row)
         return out
     return predict, fits
@@ -250,61 +289,69 @@ def floor_bytes(B, V, dtype, with_q):
 
 
 # ----------------------------------------------------------------------------- the report
-FULL_POINTS = [(1, 2048), (2, 2048), (4, 2048), (1, 4096), (2, 4096), (1, 8192)]
-QUICK_POINTS = [(1, 1024), (2, 1024), (1, 2048), (2, 2048)]
-
-
-def _signature(recs):
-    return [(r.kernel, r.grid) for r in recs]
+FULL_POINTS = [(1, 8192), (2, 8192), (3, 8192), (1, 16384), (2, 16384), (1, 24576)]
+QUICK_POINTS = FULL_POINTS[:2] + FULL_POINTS[3:]        # 5 points: the fit's 5 terms
 
 
 def pipelines_for(choice):
     """'both' -> fused and split if SPECOPS_TRITON_PIPELINE changes the launches, else the
-    current path alone (None: the variable left unset)."""
+    launcher's default alone (None: the variable left unset)."""
     if choice != "both":
         return [choice]
-    sig = {p: _signature(measure(1, 2048, SETTINGS[0], p)) for p in ("fused", "split")}
+    sig = {}
+    for p in ("fused", "split"):
+        try:
+            sig[p] = [(r.kernel, r.grid) for r in measure(1, 8192, SETTINGS[0], p)]
+        except Exception as exc:       # a path that fails is a path taken: its jobs report it
+            sig[p] = repr(exc)
     return ["fused", "split"] if sig["fused"] != sig["split"] else [None]
 
 
-def _job(p, s, points):
+def _job(p, s, points, tile=RUN_TILE):
     """One (pipeline, setting) in a worker process -> {(B, V): [Launch]}."""
     torch.set_num_threads(1)           # the workers share the cores
-    if p is None:
-        os.environ.pop("SPECOPS_TRITON_PIPELINE", None)
-    out = {pt: measure(*pt, s, p) for pt in points}
+    t0 = time.time()
+    try:
+        out = {pt: measure(*pt, s, p, tile) for pt in points}
+    except Exception as exc:           # report a broken code path, keep the others
+        return f"{type(exc).__name__}: {str(exc)[:300]}"
     for recs in out.values():
         for r in recs:
             r.per_program = {}         # not needed past measure, and large to pickle
+    print(f"  {p or 'default'} {_name(s)} tile {tile}: {time.time() - t0:.0f} s",
+          file=sys.stderr, flush=True)
     return out
 
 
-def run(quick=False, pipeline="both", workers=None):
-    """-> {pipeline: {setting: {(B, V): [Launch]}}}; settings in parallel processes (the
-    interpreter is single-threaded Python)."""
+def run(quick=False, pipeline="both", settings=None, workers=None):
+    """-> ({pipeline: {setting: {(B, V): [Launch]}}}, {pipeline: whether the GPU tile gives
+    the same counts as RUN_TILE}); jobs in parallel processes (the interpreter is
+    single-threaded Python)."""
     import concurrent.futures as cf
     import multiprocessing as mp
     from bench import gpu_model as me  # jobs pickle by module name, also under python -m
     points = QUICK_POINTS if quick else FULL_POINTS
-    settings = SETTINGS[:1] if quick else SETTINGS
-    saved = os.environ.get("SPECOPS_TRITON_PIPELINE")
-    try:
-        pipes = pipelines_for("fused" if quick and pipeline == "both" else pipeline)
-    finally:
-        if saved is None:
-            os.environ.pop("SPECOPS_TRITON_PIPELINE", None)
-        else:
-            os.environ["SPECOPS_TRITON_PIPELINE"] = saved
+    settings = settings or (SETTINGS[:1] if quick else SETTINGS)
+    pipes = ["fused"] if quick and pipeline == "both" else pipelines_for(pipeline)
     cost = {"top_p=0.9": 0, "top_k=50": 1, "T=1": 2}        # slowest first: even finish
-    jobs = sorted(((p, s) for p in pipes for s in settings), key=lambda j: cost[j[1][2]])
+    jobs = sorted(((p, s, points, RUN_TILE) for p in pipes for s in settings),
+                  key=lambda j: cost[j[1][2]])
+    jobs += [] if quick else [(p, settings[0], points[:1], GPU_TILE) for p in pipes]
     workers = workers or (1 if quick else min(len(jobs), os.cpu_count() or 1))
     if workers == 1:
-        done = [me._job(p, s, points) for p, s in jobs]
+        done = [me._job(*j) for j in jobs]
     else:
         with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            done = list(pool.map(me._job, *zip(*[(p, s, points) for p, s in jobs])))
-    got = dict(zip(jobs, done))
-    return {p: {s: got[p, s] for s in settings} for p in pipes}
+            done = list(pool.map(me._job, *zip(*jobs)))
+    if quick and any(isinstance(r, str) for r in done):
+        raise RuntimeError(done)
+    got = {(p, s, tile): r for (p, s, _, tile), r in zip(jobs, done)}
+    counts = lambda recs: [(r.kernel, r.grid, r.loaded, r.stored, r.busiest) for r in recs]
+    same = {p: counts(got[p, settings[0], GPU_TILE][points[0]])
+            == counts(got[p, settings[0], RUN_TILE][points[0]])
+            for p in pipes if not isinstance(got.get((p, settings[0], GPU_TILE), ""), str)
+            and not isinstance(got[p, settings[0], RUN_TILE], str)}
+    return {p: {s: got[p, s, RUN_TILE] for s in settings} for p in pipes}, same
 
 
 def _name(s):
@@ -312,84 +359,145 @@ def _name(s):
     return f"{dtype} {'q' if with_q else 'no-q'} {samp}"
 
 
-def _mb(x):
-    return f"{x / 1e6:.3f}"
+HEADER = """# Bandwidth model of the Triton backend on an H200 (no GPU used)
+
+Made by `python -m bench.gpu_model{argv}` in {sec:.0f} s wall (Triton interpreter, 2-core CPU).
+
+Constants: HBM {hbm} TB/s, {sm} SMs, PER_SM_BW {psm:.0f} GB/s (an ASSUMPTION: one H100/H200 SM
+streams roughly 40-60 GB/s), launch {lu} us eager / {gu} us under CUDA-graph replay.  K = {k},
+V = {v}, temperature 1.0; split chunk SPECOPS_TRITON_CHUNK = {chunk} (the GPU's), tile
+SPECOPS_TRITON_BLOCK_V = {run_tile}; counts at the GPU's tile {gpu_tile} identical: {same}.
+
+Counted per launch: programs; bytes of active lanes loaded / stored (masked lanes free,
+atomics = load + store); the busiest program's bytes.  Torch ops specops runs during the call
+that would be device kernels on CUDA count as launches (no bytes).  Workload: every draft
+accepted (every target row read) and the bonus token at V/2 - 1 (bench/gpu_model.py
+`inputs`).  floor = target logits + draft probs read once.  implied time = sum over
+launches of max(bytes / HBM, busiest program / PER_SM_BW) + launches x launch cost.
+"""
+
+NOTES = """## Notes
+
+- Torch ops: the call passes `validate=False` when verify_block has it, so CPU tensors are
+  not read on the host, as CUDA tensors are not by default (`validate=None`).  `full` x6
+  broadcast the Python-scalar parameters to [B] tensors (specops/backends/triton.py `_f32` /
+  `_i64`), one fill kernel each on CUDA.
+- All drafts accepted: the fused walk reads a draft-prob row only at its draft token, so with
+  draft probs its total can sit below the floor.  A rejection runs the residual draw instead
+  (the rejected position's p and q rows) and skips row K: not measured.
+- Scaling: row reads are linear in B and V.  The split's per-chunk partials are read by
+  every program of a row (C programs x C partials, C = V / chunk), hence the BV^2 term
+  (see "lin err").  The measured V are multiples of 8192: whole chunks, the bonus token at a
+  chunk end.  At V = 128256 the last chunk is partial (the fit counts 31.3 chunks, not 32)
+  and the fused draw stops 384 elements past V/2 on a 1024 tile: small next to any total.
+- busiest / (floor/132) takes the busiest program of any launch.  With more programs than
+  SMs an SM's share is at least bytes/132, which at PER_SM_BW is still under the HBM time.
+"""
 
 
-def report(results, seconds, argv):
-    L = [f"# Bandwidth model of the Triton backend (H200, no GPU used)", "",
-         f"Made by `python -m bench.gpu_model {' '.join(argv)}` in {seconds:.0f} s "
-         f"(Triton interpreter, CPU).", "",
-         f"Constants: HBM {HBM_BW / 1e12} TB/s, {N_SM} SMs, PER_SM_BW {PER_SM_BW / 1e9:.0f} GB/s "
-         "(an ASSUMPTION: one H100/H200 SM streams roughly 40-60 GB/s), launch "
-         f"{LAUNCH_US} us eager / {GRAPH_LAUNCH_US} us under CUDA-graph replay; K = {K}, "
-         f"V = {V_REAL}, temperature 1.0, vocabulary tile SPECOPS_TRITON_BLOCK_V = "
-         f"{GPU_BLOCK_V} (the GPU's).", "",
-         "Counted per launch: programs; bytes of active lanes loaded / stored (masked lanes "
-         "free, atomics = load + store); the busiest program's bytes.  Torch ops specops runs "
-         "during the call that would be device kernels on CUDA count as launches (0 bytes).",
-         "Workload: every draft accepted (all K+1 target rows and K draft rows visited) and "
-         "the bonus token at V/2 (the draw's second pass stops there).",
-         "floor = target logits + draft probs read once.  implied time = sum over launches "
-         "of max(bytes / HBM, busiest program / PER_SM_BW) + launches x launch cost.", ""]
-    aims = {}
+def _runs_of(names):
+    """'a, b x8, c' for a list with consecutive repeats."""
+    out = []
+    for n in names:
+        if out and out[-1][0] == n:
+            out[-1][1] += 1
+        else:
+            out.append([n, 1])
+    return ", ".join(n + (f" x{c}" if c > 1 else "") for n, c in out) or "-"
+
+
+def _points_table(s, runs, predict):
+    """Markdown rows: each measured point against the fit (and the fit without BV**2)."""
+    pts = sorted(runs)
+    total = {p: sum(r.loaded + r.stored for r in runs[p]) for p in pts}
+    lin, _ = _fit(pts, [total[p] for p in pts], quad=False)
+    rows = []
+    for (B, V) in pts:
+        recs, pred, tot = runs[B, V], predict(B, V), total[B, V]
+        ptot = sum(r["loaded"] + r["stored"] for r in pred)
+        worst = max((abs(p["loaded"] + p["stored"] - r.loaded - r.stored) / (r.loaded + r.stored)
+                     for r, p in zip(recs, pred) if r.loaded + r.stored), default=0.0)
+        bus, pbus = max(r.busiest for r in recs), max(r["busiest"] for r in pred)
+        tri = _runs_of([f"{r.kernel} {r.programs}" for r in recs
+                        if not r.kernel.startswith("torch:")])
+        ops = _runs_of([r.kernel[6:] for r in recs if r.kernel.startswith("torch:")])
+        lin_err = abs(np.dot(lin, _features(B, V, False)) - tot) / tot
+        rows.append(f"| {_name(s)} | {B} | {V} | {tri} | {ops} | {tot} | "
+                    f"{sum(r.rows for r in recs) / tot:.3f} | {lin_err:.1e} | "
+                    f"{abs(ptot - tot) / tot:.1e} | {worst:.1e} | {bus} | "
+                    f"{abs(pbus - bus) / bus:.1e} |")
+    return rows
+
+
+def _extrapolate(s, predict):
+    """One row per B at V_REAL: (setting, B, Triton launches, torch ops, widest grid,
+    total/floor, row reads/floor, busiest/even share, us eager, us graph, floor us)."""
+    out = []
+    for B in BATCHES:
+        pred, fl = predict(B, V_REAL), floor_bytes(B, V_REAL, s[0], s[1])
+        n_tri = sum(not r["kernel"].startswith("torch:") for r in pred)
+        out.append((s, B, n_tri, len(pred) - n_tri, max(r["programs"] for r in pred),
+                    sum(r["loaded"] + r["stored"] for r in pred) / fl,
+                    sum(r["rows"] for r in pred) / fl,
+                    max(r["busiest"] for r in pred) / (fl / N_SM),
+                    timing(pred, fl, LAUNCH_US), timing(pred, fl, GRAPH_LAUNCH_US),
+                    fl / HBM_BW * 1e6))
+    return out
+
+
+def report(results, same, seconds, argv):
+    L = [HEADER.format(argv="".join(" " + a for a in argv), sec=seconds, hbm=HBM_BW / 1e12,
+                       sm=N_SM, psm=PER_SM_BW / 1e9, lu=LAUNCH_US, gu=GRAPH_LAUNCH_US, k=K,
+                       v=V_REAL, chunk=gpu_chunk(), run_tile=RUN_TILE, gpu_tile=GPU_TILE,
+                       same=", ".join(f"{p or 'default'} {'yes' if v else 'NO'}"
+                                      for p, v in same.items()) or "not checked")]
+    aims = []
     for p, per_setting in results.items():
-        pname = p or "current (SPECOPS_TRITON_PIPELINE not honoured)"
-        L += [f"## Pipeline: {pname}", "", "### Measured points and the bilinear fit "
-              "(a + bB + cV + dBV per launch)", "",
-              "| setting | B | V | Triton launches: programs | torch ops | bytes | fit err "
-              "| busiest | fit err |", "|---|---|---|---|---|---|---|---|---|"]
-        table, formulas = [], {}
+        pname = p or "launcher default (SPECOPS_TRITON_PIPELINE not honoured)"
+        L += [f"## Pipeline: {pname}", "", "### Measured points against the fit "
+              "a + bB + cV + dBV + eBV^2 of each launch's loaded, stored, busiest and row "
+              "bytes", "", "lin err: the total's fit without eBV^2.  rows: share of the bytes "
+              "that are target / draft row reads (the rest: parameters, per-chunk partials, "
+              "outputs; likely L2 hits when re-read).", "",
+              "| setting | B | V | Triton launch programs | torch ops | bytes | rows | lin err "
+              "| fit err | worst launch err | busiest | fit err |", "|---" * 12 + "|"]
+        table, progs = [], []
+        failed = [f"- {_name(s)}: FAILED ({runs})" for s, runs in per_setting.items()
+                  if isinstance(runs, str)]
         for s, runs in per_setting.items():
+            if isinstance(runs, str):
+                continue
             predict, fits = model(runs)
-            formulas[s] = [(n, f) for n, _, f, _ in fits if not n.startswith("torch:")]
-            for (B, V), recs in sorted(runs.items()):
-                pred = predict(B, V)
-                tot = sum(r.loaded + r.stored for r in recs)
-                ptot = sum(r["loaded"] + r["stored"] for r in pred)
-                bus = max(r.busiest for r in recs)
-                pbus = max(r["busiest"] for r in pred)
-                tri = ", ".join(f"{r.kernel} {r.programs}" for r in recs
-                                if not r.kernel.startswith("torch:"))
-                ops = " ".join(r.kernel[6:] for r in recs if r.kernel.startswith("torch:"))
-                L.append(f"| {_name(s)} | {B} | {V} | {tri} | {ops or '-'} | {tot} | "
-                         f"{abs(ptot - tot) / tot:.1e} | {bus} | {abs(pbus - bus) / bus:.1e} |")
-            for B in BATCHES:
-                pred = predict(B, V_REAL)
-                fl = floor_bytes(B, V_REAL, s[0], s[1])
-                n_tri = sum(not r["kernel"].startswith("torch:") for r in pred)
-                tot = sum(r["loaded"] + r["stored"] for r in pred)
-                bus = max(r["busiest"] for r in pred)
-                widest = max(r["programs"] for r in pred)
-                table.append((s, B, n_tri, len(pred) - n_tri, widest, tot / fl,
-                              bus / (fl / N_SM), timing(pred, fl, LAUNCH_US),
-                              timing(pred, fl, GRAPH_LAUNCH_US), fl / HBM_BW * 1e6))
-        L += ["", "Programs per Triton launch (exact fit over every point, per setting):", ""]
-        for s, fs in formulas.items():
-            L.append(f"- {_name(s)}: " + "; ".join(f"{n}: {f or 'NO MODEL'}" for n, f in fs))
+            L += _points_table(s, runs, predict)
+            table += _extrapolate(s, predict)
+            progs.append(f"- {_name(s)}: " + _runs_of(
+                [f"{n}: {f}" for n, _, f, _ in fits if not n.startswith("torch:")]))
+        L += ["", "Programs per Triton launch (exact over every point):", ""] + progs + failed
         L += ["", f"### Extrapolated to V = {V_REAL}", "",
-              "| setting | B | launches (Triton + torch) | programs, widest launch | total / floor "
-              "| busiest / (floor/132) | implied us (eager) | implied us (graph) | floor us |",
-              "|---|---|---|---|---|---|---|---|---|"]
-        for s, B, nt, no, w, rt, rb, te, tg, tf in table:
-            L.append(f"| {_name(s)} | {B} | {nt + no} ({nt} + {no}) | {w} | {rt:.2f} | {rb:.1f} "
-                     f"| {te:.1f} | {tg:.1f} | {tf:.1f} |")
-        aims[pname] = _aims(table)
-    L += ["", "## Aims (issue)", ""]
-    for pname, lines in aims.items():
-        L += [f"{pname}:", ""] + lines + [""]
-    return "\n".join(L) + "\n"
+              "| setting | B | launches (Triton + torch) | programs, widest launch | total / "
+              "floor | row reads / floor | busiest / (floor/132) | implied us (eager) "
+              "| implied us (graph) | floor us |", "|---" * 10 + "|"]
+        L += [f"| {_name(s)} | {B} | {nt + no} ({nt} + {no}) | {w} | {rt:.2f} | {rr:.2f} | "
+              f"{rb:.2f} | {te:.1f} | {tg:.1f} | {tf:.1f} |"
+              for s, B, nt, no, w, rt, rr, rb, te, tg, tf in table] + [""]
+        aims += [f"{pname}:", ""] + _aims(table) + [""]
+    L += ["", NOTES, "## Aims (issue)", ""] + aims
+    return "\n".join(L)
 
 
 def _aims(table):
     def line(what, rows, ok, val, fmt, worst=max):
+        if not rows:
+            return f"- {what}: no data"
         bad = [r for r in rows if not ok(r)]
-        worst = worst(rows, key=val)
-        return (f"- {what}: {'MET' if not bad else 'NOT MET'} (worst {fmt % val(worst)} at "
-                f"{_name(worst[0])} B={worst[1]}; {len(bad)}/{len(rows)} rows miss)")
+        w = worst(rows, key=val)
+        return (f"- {what}: {'MET' if not bad else 'NOT MET'} (worst {fmt % val(w)} at "
+                f"{_name(w[0])} B={w[1]}; {len(bad)}/{len(rows)} rows miss)")
     return [line("total <= 1.25x floor", table, lambda r: r[5] <= 1.25, lambda r: r[5], "%.2fx"),
+            line("(row reads alone <= 1.25x floor)", table, lambda r: r[6] <= 1.25,
+                 lambda r: r[6], "%.2fx"),
             line("busiest program <= 2x even share for B >= 8", [r for r in table if r[1] >= 8],
-                 lambda r: r[6] <= 2, lambda r: r[6], "%.1fx"),
+                 lambda r: r[7] <= 2, lambda r: r[7], "%.2fx"),
             line(">= 132 programs in the widest launch at B=1", [r for r in table if r[1] == 1],
                  lambda r: r[4] >= N_SM, lambda r: r[4], "%d programs", min),
             line("<= 6 launches per call (Triton + torch)", table, lambda r: r[2] + r[3] <= 6,
@@ -401,10 +509,11 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="one setting, tiny V; no report file")
     ap.add_argument("--pipeline", choices=("fused", "split", "both"), default="both")
+    ap.add_argument("--all", action="store_true", help="the filters with every dtype / draft")
     a = ap.parse_args(argv)
     t0 = time.time()
-    results = run(a.quick, a.pipeline)
-    text = report(results, time.time() - t0, argv)
+    results, same = run(a.quick, a.pipeline, ALL_SETTINGS if a.all else None)
+    text = report(results, same, time.time() - t0, argv)
     if not a.quick:
         os.makedirs(os.path.dirname(OUT), exist_ok=True)
         with open(OUT, "w") as f:

@@ -3,11 +3,13 @@
 
 One op per module, each with its ``@triton.jit`` kernel ``_<op>_kernel`` and its launcher:
 ``sampling_probs`` (the transform) and ``verify`` (the one verification walk, with its forced
-mode).  The launchers take the canonical arguments of ``specops.backends`` and run on the
+mode, run as the vocabulary-split pipeline of ``split.py`` or one program per request).  The
+launchers take the canonical arguments of ``specops.backends`` and run on the
 tensors' device (CUDA, or CPU under ``TRITON_INTERPRET=1``).
 """
 from ._launch import INTERPRETED
 from .sampling_probs import sampling_probs
+from .split import filters_on
 from .verify import verify
 
-__all__ = ["sampling_probs", "verify", "INTERPRETED"]
+__all__ = ["sampling_probs", "verify", "filters_on", "INTERPRETED"]

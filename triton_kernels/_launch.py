@@ -31,3 +31,50 @@ def launch_opts(device) -> dict:
 
 def next_pow2(n: int) -> int:
     return triton.next_power_of_2(max(int(n), 1))
+
+
+# ----------------------------------------------------------------------------- pipeline
+# The H200 model of bench/gpu_model.py (constants stated there): which verify path is faster
+# is decided from shapes alone (no tensor value), so the choice never syncs.
+MODEL_HBM_BPS = 4.8e12          # HBM bandwidth, bytes/s
+MODEL_SM_BPS = 50e9             # what one program (one SM) streams, bytes/s (assumed)
+MODEL_LAUNCH_S = 2.5e-6         # one eager launch
+GPU_CHUNK = 4096                # vocabulary chunk of one split program on the GPU
+
+
+def chunk_size(V: int, device) -> int:
+    """Vocabulary chunk of the split pipeline (a power of 2, a multiple of the tile)."""
+    forced = os.environ.get("SPECOPS_TRITON_CHUNK")       # testing / tuning override
+    if forced:
+        return max(16, triton.next_power_of_2(int(forced)))
+    if device.type == "cuda" and not INTERPRETED:
+        return GPU_CHUNK
+    return max(16, triton.next_power_of_2(-(-int(V) // 4)))   # ~4 chunks: the tests combine
+
+
+def split_launches(has_topk: bool, has_topp: bool, logit_rows: bool) -> int:
+    """Launches of one split verify: stats, [8 top-k rounds], mass, [8 top-p rounds], walk,
+    draw sums, draw find."""
+    n = 4 + (1 if logit_rows else 0)
+    return n + 8 * (has_topk and logit_rows) + 8 * (has_topp and logit_rows)
+
+
+def use_split(B: int, K: int, V: int, elem: int, q_bytes: int, has_topk: bool,
+              has_topp: bool, logit_rows: bool, chunk: int) -> bool:
+    """SPECOPS_TRITON_PIPELINE=split|fused forces a path; auto compares the model's times:
+    the fused kernel is one launch but one program per request, the split pipeline spreads
+    (row, chunk) programs over the GPU at the cost of more launches."""
+    forced = os.environ.get("SPECOPS_TRITON_PIPELINE", "auto")
+    if forced in ("split", "fused"):
+        return forced == "split"
+    if forced != "auto":
+        raise ValueError("SPECOPS_TRITON_PIPELINE must be auto, split or fused, got "
+                         f"{forced!r}")
+    passes = (2 if logit_rows else 1) + 8 * has_topk + 8 * has_topp
+    row_bytes = V * elem
+    total = B * ((K + 1) * row_bytes * passes + K * V * q_bytes + 2 * row_bytes)
+    t_fused = max(total / MODEL_HBM_BPS, total / max(B, 1) / MODEL_SM_BPS) + MODEL_LAUNCH_S
+    programs = max(B * (K + 1) * -(-V // chunk), 1)
+    t_split = (max(total / MODEL_HBM_BPS, total / programs / MODEL_SM_BPS)
+               + split_launches(has_topk, has_topp, logit_rows) * MODEL_LAUNCH_S)
+    return t_split < t_fused

@@ -16,7 +16,7 @@ import triton.language as tl
 
 from ._common import (TAG_SAMPLE, accept_uniform, block_length, draw_row, logits_scan,
                       prob_at, probs_check_argmax, request_ok, row_stats, stream_words)
-from ._launch import block_v, launch_opts, next_pow2
+from ._launch import block_v, chunk_size, launch_opts, next_pow2, use_split
 
 
 @triton.jit
@@ -197,13 +197,26 @@ def _verify_kernel(
 
 def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start, num_draft,
            draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k,
-           forced_num_accepted=None):
-    """Launch one program per request; contiguous [B] tensors (int64 / float32), target and
-    draft rows with unit column stride.  -> (token_ids [B, max_k + 1] int32,
+           forced_num_accepted=None, has_topk=True, has_topp=True):
+    """Contiguous [B] tensors (int64 / float32), target and draft rows with unit column
+    stride; ``has_topk`` / ``has_topp``: whether a filter can be on (``split.filters_on``).
+    The vocabulary-split pipeline (``split.py``) or one program per request, as
+    ``_launch.use_split`` decides from the shapes.  -> (token_ids [B, max_k + 1] int32,
     num_accepted [B] int32, valid [B] bool)."""
     B = num_draft.shape[0]
     dev = target.device
     max_k = int(max_k)
+    V = target.shape[1]
+    q_mode = 0 if draft is None else (1 if draft_is_probs else 2)
+    logit_rows = (not target_is_probs) or q_mode == 2
+    if use_split(B, max_k, V, target.element_size(),
+                 0 if q_mode == 0 else draft.element_size(), has_topk, has_topp, logit_rows,
+                 chunk_size(V, dev)):
+        from .split import verify_split       # split_accept reuses this module's accept test
+        return verify_split(target, target_is_probs, target_row_start, draft_ids,
+                            draft_row_start, num_draft, draft, draft_is_probs, inv_temp, top_k,
+                            top_p, min_p, seed, offset, max_k, forced_num_accepted, has_topk,
+                            has_topp)
     tok = torch.empty((B, max_k + 1), dtype=torch.int32, device=dev)
     nacc = torch.empty((B,), dtype=torch.int32, device=dev)
     valid = torch.empty((B,), dtype=torch.bool, device=dev)

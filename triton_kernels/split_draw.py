@@ -1,0 +1,165 @@
+"""Stage 3 of the vocabulary-split pipeline: the residual / bonus draw over (request, chunk).
+
+* ``_draw_sums_kernel``: per chunk of the row a request draws from, the integer weight sums
+  of the residual and of p (reference section 5), and for probability rows the row check's
+  counts.
+* ``_draw_find_kernel``: every chunk combines the sums (the same S everywhere), so the chunk
+  whose prefix range holds ``t = floor(U * S / 2**64)`` knows it is the owner and finds the
+  token in its chunk; chunk 0 writes the rest of the output row.
+"""
+import triton
+import triton.language as tl
+
+from ._common import P_CHECK_MAX, TAG_SAMPLE, NO_INDEX, _weights_tile, mulhi_u64, stream_words
+from .split_accept import write_row
+from .split_transform import _stats_chunk
+
+
+@triton.jit
+def _request_draw(b, t_ptr, t_stride, t_start_ptr, q_ptr, q_stride, d_start_ptr, inv_t_ptr,
+                  info_i_ptr, info_f_ptr, info_m_ptr):
+    """-> (draw, j, y, q_ok, inv_t, t_row, q_row, t_stats, q_stats) of request b."""
+    draw = tl.load(info_i_ptr + b * 4 + 2) != 0
+    j = tl.load(info_i_ptr + b * 4)
+    y = tl.load(info_i_ptr + b * 4 + 1)
+    q_ok = tl.load(info_i_ptr + b * 4 + 3) != 0
+    t_row = t_ptr + (tl.load(t_start_ptr + b) + j) * t_stride
+    q_row = q_ptr + (tl.load(d_start_ptr + b) + tl.where(y >= 0, j, 0)) * q_stride
+    t_stats = (tl.load(info_f_ptr + b * 8), tl.load(info_f_ptr + b * 8 + 1),
+               tl.load(info_f_ptr + b * 8 + 2), tl.load(info_f_ptr + b * 8 + 3),
+               tl.load(info_m_ptr + b * 2))
+    q_stats = (tl.load(info_f_ptr + b * 8 + 4), tl.load(info_f_ptr + b * 8 + 5),
+               tl.load(info_f_ptr + b * 8 + 6), tl.load(info_f_ptr + b * 8 + 7),
+               tl.load(info_m_ptr + b * 2 + 1))
+    return draw, j, y, q_ok, tl.load(inv_t_ptr + b), t_row, q_row, t_stats, q_stats
+
+
+@triton.jit
+def _weight_sums(t_row, q_row, lo, hi, y, inv_t, t_stats, q_ok, q_stats,
+                 T_PROBS: tl.constexpr, Q_MODE: tl.constexpr, BLOCK_V: tl.constexpr):
+    offs = tl.arange(0, BLOCK_V)
+    sr = tl.full([], 0, tl.int64)
+    sp = tl.full([], 0, tl.int64)
+    for start in range(lo, hi, BLOCK_V):
+        idx = start + offs
+        w_r, w_p = _weights_tile(t_row, q_row, idx, idx < hi, y, inv_t, t_stats, q_ok, q_stats,
+                                 T_PROBS, Q_MODE)
+        sr += tl.sum(w_r, axis=0)
+        sp += tl.sum(w_p, axis=0)
+    return sr, sp
+
+
+@triton.jit(do_not_specialize=["t_stride", "q_stride", "V", "C", "CHUNK"])
+def _draw_sums_kernel(
+    t_ptr, t_stride, t_start_ptr,   # target rows (logits or float32 probs)
+    q_ptr, q_stride, d_start_ptr,   # draft rows (probs or logits; t_ptr if Q_MODE 0)
+    inv_t_ptr,                 # [B] float32
+    info_i_ptr, info_f_ptr, info_m_ptr,   # the draw of each request (split_accept)
+    psum_ptr,                  # [B, C, 4] int64 out: sum W_r, sum W_p, bad, probs mass
+    V, C, CHUNK,
+    T_PROBS: tl.constexpr, Q_MODE: tl.constexpr, BLOCK_V: tl.constexpr,
+):
+    b = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1).to(tl.int64)
+    draw, j, y, q_ok, inv_t, t_row, q_row, t_stats, q_stats = _request_draw(
+        b, t_ptr, t_stride, t_start_ptr, q_ptr, q_stride, d_start_ptr, inv_t_ptr, info_i_ptr,
+        info_f_ptr, info_m_ptr)
+    if draw:
+        lo = c * CHUNK
+        hi = tl.minimum(lo + CHUNK, V)
+        if Q_MODE == 0:                        # point-mass draft (y = -1: the bonus, r = p)
+            sr, sp = _weight_sums(t_row, q_row, lo, hi, y, inv_t, t_stats, q_ok, q_stats,
+                                  T_PROBS, 0, BLOCK_V)
+        elif y < 0:                            # bonus: r = p
+            sr, sp = _weight_sums(t_row, q_row, lo, hi, y, inv_t, t_stats, q_ok, q_stats,
+                                  T_PROBS, 0, BLOCK_V)
+        else:
+            sr, sp = _weight_sums(t_row, q_row, lo, hi, y, inv_t, t_stats, q_ok, q_stats,
+                                  T_PROBS, Q_MODE, BLOCK_V)
+        bad = tl.full([], 0, tl.int64)
+        mass = tl.full([], 1, tl.int64)
+        if T_PROBS:                            # the drawn probability row is checked in full
+            best, arg, bad, mass, one = _stats_chunk(t_row, lo, hi, 1.0, True, BLOCK_V)
+        k = (b * C + c) * 4
+        tl.store(psum_ptr + k, sr)
+        tl.store(psum_ptr + k + 1, sp)
+        tl.store(psum_ptr + k + 2, bad)
+        tl.store(psum_ptr + k + 3, mass)
+
+
+@triton.jit
+def _find(t_row, q_row, lo, hi, y, inv_t, t_stats, q_ok, q_stats, use_p, cum, t,
+          T_PROBS: tl.constexpr, Q_MODE: tl.constexpr, BLOCK_V: tl.constexpr):
+    """The smallest index in [lo, hi) where the running weight sum (from ``cum``) passes t."""
+    offs = tl.arange(0, BLOCK_V)
+    token = tl.full([], -1, tl.int32)
+    start = lo.to(tl.int32)
+    while (token < 0) & (start < hi):
+        idx = start + offs
+        w_r, w_p = _weights_tile(t_row, q_row, idx, idx < hi, y, inv_t, t_stats, q_ok, q_stats,
+                                 T_PROBS, Q_MODE)
+        w = tl.where(use_p, w_p, w_r)
+        hit = (idx < hi) & (cum + tl.cumsum(w, axis=0) > t)
+        first = tl.min(tl.where(hit, idx, NO_INDEX), axis=0)
+        token = tl.where(first < NO_INDEX, first, token)
+        cum += tl.sum(w, axis=0)
+        start += BLOCK_V
+    return token
+
+
+@triton.jit(do_not_specialize=["t_stride", "q_stride", "V", "MAXK", "C", "CHUNK"])
+def _draw_find_kernel(
+    t_ptr, t_stride, t_start_ptr, q_ptr, q_stride, d_start_ptr, inv_t_ptr,   # as above
+    ids_ptr,                   # [n_ids] int64 draft ids (the output row's accepted drafts)
+    seed_ptr, offset_ptr,      # [B] int64 Philox key and counter words 2-3
+    info_i_ptr, info_f_ptr, info_m_ptr,
+    psum_ptr,                  # [B, C, 4] int64 chunk sums (in)
+    tok_ptr, nacc_ptr, valid_ptr,   # [B, MAXK + 1] int32, [B] int32, [B] bool out
+    V, MAXK, C, CHUNK,
+    T_PROBS: tl.constexpr, Q_MODE: tl.constexpr, BLOCK_V: tl.constexpr,
+    OUT_P2: tl.constexpr, CP2: tl.constexpr,
+):
+    b = tl.program_id(0).to(tl.int64)
+    c = tl.program_id(1).to(tl.int64)
+    draw, j, y, q_ok, inv_t, t_row, q_row, t_stats, q_stats = _request_draw(
+        b, t_ptr, t_stride, t_start_ptr, q_ptr, q_stride, d_start_ptr, inv_t_ptr, info_i_ptr,
+        info_f_ptr, info_m_ptr)
+    if draw:
+        cc = tl.arange(0, CP2)
+        m = cc < C
+        k = (b * C + cc) * 4
+        wr = tl.load(psum_ptr + k, mask=m, other=0)
+        wp = tl.load(psum_ptr + k + 1, mask=m, other=0)
+        tot_r = tl.sum(wr, axis=0)
+        tot_p = tl.sum(wp, axis=0)
+        row_ok = tl.full([], True, tl.int1)
+        if T_PROBS:
+            bad = tl.sum(tl.load(psum_ptr + k + 2, mask=m, other=0), axis=0)
+            mass = tl.sum(tl.load(psum_ptr + k + 3, mask=m, other=0), axis=0)
+            row_ok = (bad == 0) & (mass > 0) & (mass <= P_CHECK_MAX)
+        use_p = tot_r == 0
+        total = tl.where(use_p, tot_p, tot_r)
+        ok = row_ok & (total > 0)
+        if c == 0:
+            write_row(tok_ptr, nacc_ptr, valid_ptr, b, ids_ptr, tl.load(d_start_ptr + b),
+                      j.to(tl.int32), -1, ok, ok, MAXK, OUT_P2)
+        if ok:
+            w = tl.where(use_p, wp, wr)
+            prefix = tl.sum(tl.where(cc < c, w, 0), axis=0)
+            mine = tl.sum(tl.where(cc == c, w, 0), axis=0)
+            u_lo, u_hi = stream_words(tl.load(seed_ptr + b), tl.load(offset_ptr + b), j,
+                                      TAG_SAMPLE)
+            t = mulhi_u64(u_lo, u_hi, total)
+            if (prefix <= t) & (t < prefix + mine):
+                lo = c * CHUNK
+                hi = tl.minimum(lo + CHUNK, V)
+                if Q_MODE == 0:
+                    token = _find(t_row, q_row, lo, hi, y, inv_t, t_stats, q_ok, q_stats,
+                                  use_p, prefix, t, T_PROBS, 0, BLOCK_V)
+                elif y < 0:
+                    token = _find(t_row, q_row, lo, hi, y, inv_t, t_stats, q_ok, q_stats,
+                                  use_p, prefix, t, T_PROBS, 0, BLOCK_V)
+                else:
+                    token = _find(t_row, q_row, lo, hi, y, inv_t, t_stats, q_ok, q_stats,
+                                  use_p, prefix, t, T_PROBS, Q_MODE, BLOCK_V)
+                tl.store(tok_ptr + b * (MAXK + 1) + j, token)
