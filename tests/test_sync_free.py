@@ -72,14 +72,20 @@ def triton_path(path):
             os.environ["SPECOPS_TRITON_PIPELINE"] = old
 
 
-def _inputs(seed, B=4, K=3, V=37, flat=False):
+def _inputs(seed, B=4, K=3, V=37, flat=False, tensors=True):
+    """Random inputs; per-request parameter tensors, or (``tensors=False``, cheaper under the
+    interpreter: no radix rounds) the same values as Python scalars where they agree."""
     g = torch.Generator().manual_seed(seed)
     t = torch.randn((B, K + 1, V), generator=g) * 3
     q = torch.softmax(torch.randn((B, K, V), generator=g), -1)
     ids = torch.randint(0, V, (B, K), generator=g)
-    kw = dict(temperature=torch.tensor([0.7, 0.0, 1.0, 1.3])[:B],
-              top_k=torch.tensor([0, 5, 0, 9])[:B], top_p=torch.tensor([1.0, 0.9, 0.8, 1.0])[:B],
-              min_p=0.02, seed=torch.arange(B) * 7 + seed, offset=3)
+    if tensors:
+        kw = dict(temperature=torch.tensor([0.7, 0.0, 1.0, 1.3])[:B],
+                  top_k=torch.tensor([0, 5, 0, 9])[:B],
+                  top_p=torch.tensor([1.0, 0.9, 0.8, 1.0])[:B])
+    else:
+        kw = dict(temperature=torch.tensor([0.7, 0.0, 1.0, 1.3])[:B], top_k=0, top_p=1.0)
+    kw.update(min_p=0.02, seed=torch.arange(B) * 7 + seed, offset=3)
     if not flat:
         return dict(target_logits=t, draft_token_ids=ids, draft_probs=q,
                     num_draft_tokens=torch.tensor([3, 1, 0, 2])[:B], **kw)
@@ -177,7 +183,7 @@ def _with_bad_request(kw, bad, b=1):
 @pytest.mark.parametrize("backend,path", PATHS)
 @pytest.mark.parametrize("case", list(MALFORMED))
 def test_a_malformed_request_emits_nothing(backend, path, case):
-    kw = _inputs(4)
+    kw = _inputs(4, tensors=False)
     kw["num_draft_tokens"] = torch.tensor([3, 3, 2, 3])
     bad = _with_bad_request(kw, MALFORMED[case])
     with triton_path(path):

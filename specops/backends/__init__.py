@@ -3,8 +3,9 @@
 This is the internal interface between the torch custom ops (``specops/ops/``) and the
 kernels.  The public layer (``specops.api``) has already checked every argument and turned
 both public layouts into this canonical flattened one, so a backend never sees a wrong shape
-or dtype; native code must still never read out of bounds (it checks every row index against
-N / T and treats an out-of-range id as the end of the block, see ``specops.reference``).
+or dtype.  Values may be unchecked (``validate=False``, CUDA tensors, tracing): every backend
+applies the reference's guards (section 8: a malformed request emits nothing) and never reads
+out of bounds (it checks every row index against N / T, section 7).
 
 Canonical arguments (B requests, V vocabulary):
 
@@ -33,6 +34,7 @@ The single-purpose accept and residual-sample steps are views over ``verify`` (s
 ``specops/ops/accept.py`` and ``specops/ops/residual_sample.py``), not separate walks.
 Per-request [B] tensors may have any stride along B, including 0 (an expanded scalar).
 ``inv_temp``, ``top_k``, ``top_p``, ``min_p``, ``seed`` and ``offset`` may also be Python
-numbers (float / int, already checked and float32-rounded) shared by every request: eager
+numbers (float / int, float32-rounded; range-checked unless ``validate=False``) shared by
+every request: eager
 public calls pass scalar parameters this way; the registered op always passes tensors.
 """

@@ -14,10 +14,11 @@ draw.  Kernels are launched with ``enable_fp_fusion=False``; ``bench/gpu_compile
 checks the PTX (no float FMA, no approximate division, no flush-to-zero) and
 ``bench/gpu_check.sh`` checks agreement on a GPU.
 
-Layout: one program per request walks its block (verify) or one program per row
-(sampling_probs), looping over the vocabulary in tiles of ``BLOCK_V`` lanes (masked past V).
-``verify`` does no host synchronisation (CUDA-graph capturable).  The vocabulary is not split
-across programs yet, so small batches leave most of a GPU idle.
+Layout: sampling_probs runs one program per row,
+looping over the vocabulary in tiles of ``BLOCK_V`` lanes (masked past V).
+``verify`` does no host synchronisation (CUDA-graph capturable).  It runs the vocabulary-split
+pipeline (``split.py``) or one program per request, as the bandwidth model in
+``_launch.use_split`` decides from the shapes.
 """
 from __future__ import annotations
 
@@ -58,17 +59,35 @@ def _check_device(t):
             "on CUDA tensors only" % t.device)
 
 
+_FILLS: dict = {}
+
+
+def _fill(value, n, dtype, device):
+    """A [n] tensor of one Python number, cached: a steady-state eager call with scalar
+    parameters then launches nothing but the kernels (never written: kernels only read
+    their inputs).  Not cached while a CUDA graph is being captured."""
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        return torch.full((n,), value, dtype=dtype, device=device)
+    key = (type(value), value, n, dtype, device)
+    hit = _FILLS.get(key)
+    if hit is None:
+        if len(_FILLS) > 256:
+            _FILLS.clear()
+        hit = _FILLS[key] = torch.full((n,), value, dtype=dtype, device=device)
+    return hit
+
+
 def _i64(t, n=0, device=None):
     """[n] int64 contiguous; a Python int (shared by every request) is broadcast."""
     if not isinstance(t, torch.Tensor):
-        return torch.full((n,), int(t), dtype=torch.int64, device=device)
+        return _fill(int(t), n, torch.int64, device)
     return t.to(torch.int64).contiguous()
 
 
 def _f32(t, n=0, device=None):
     """[n] float32 contiguous; a Python float (shared by every request) is broadcast."""
     if not isinstance(t, torch.Tensor):
-        return torch.full((n,), float(t), dtype=torch.float32, device=device)
+        return _fill(float(t), n, torch.float32, device)
     return t.to(torch.float32).contiguous()
 
 
