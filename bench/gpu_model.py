@@ -379,9 +379,12 @@ launches of max(bytes / HBM, busiest program / PER_SM_BW) + launches x launch co
 NOTES = """## Notes
 
 - Torch ops: the call passes `validate=False` when verify_block has it, so CPU tensors are
-  not read on the host, as CUDA tensors are not by default (`validate=None`).  `full` x6
-  broadcast the Python-scalar parameters to [B] tensors (specops/backends/triton.py `_f32` /
-  `_i64`), one fill kernel each on CUDA.
+  not read on the host, as CUDA tensors are not by default (`validate=None`).  The [B]
+  tensors that broadcast Python-scalar parameters are cached after the warm-up call
+  (specops/backends/triton.py `_fill`), so a steady-state call launches only the kernels.
+- Filter rounds: the split path launches 8 radix rounds per filter that can be on (a
+  `top_p` below 1 or a `top_k` above 0 given as a Python number, or any tensor): the
+  top_p=0.9 rows are 5 + 8 launches; a tensor `top_k` and `top_p` make 5 + 16.
 - All drafts accepted: the fused walk reads a draft-prob row only at its draft token, so with
   draft probs its total can sit below the floor.  A rejection runs the residual draw instead
   (the rejected position's p and q rows) and skips row K: not measured.
