@@ -2,7 +2,8 @@
 bundled ptxas) and check the PTX for what would break bitwise agreement with the reference:
 no fused multiply-add on floats, no approximate division / reciprocal / exp, no flush to zero.
 
-    python bench/gpu_compile_check.py [--arch 90]       (about 2 minutes on 2 cores)
+    python bench/gpu_compile_check.py [--arch 90] [--only fused|split]
+                                                     (a few minutes on 2 cores)
 """
 from __future__ import annotations
 
@@ -43,7 +44,8 @@ def variants():
             for forced in (False, True):
                 yield vf._verify_kernel, dict(
                     t_ptr=tdt, t_stride="i64", N="i64", t_start_ptr="*i64", ids_ptr="*i64",
-                    d_start_ptr="*i64", n_draft_ptr="*i64", n_draft_rows="i64", q_ptr=qdt,
+                    d_start_ptr="*i64", n_draft_ptr="*i64", n_ids="i64", n_draft_rows="i64",
+                    q_ptr=qdt,
                     q_stride="i64", inv_t_ptr="*fp32", top_k_ptr="*i64", top_p_ptr="*fp32",
                     min_p_ptr="*fp32", seed_ptr="*i64", offset_ptr="*i64",
                     forced_ptr="*i64" if forced else "constexpr", tok_ptr="*i32",
@@ -54,22 +56,61 @@ def variants():
                          OUT_P2=16, **({} if forced else {"forced_ptr": None}))
 
 
+def split_variants():
+    """The vocabulary-split pipeline's kernels (split_transform, split_accept, split_draw)."""
+    K = TB._K.__name__
+    st = importlib.import_module(K + ".split_transform")
+    sa = importlib.import_module(K + ".split_accept")
+    sd = importlib.import_module(K + ".split_draw")
+    ws = dict(pmax_ptr="*fp32", parg_ptr="*i32", pcnt_ptr="*i64", pmk_ptr="*i64",
+              pmm_ptr="*i64", hist_ptr="*i64", ans_ptr="*i64", info_i_ptr="*i64",
+              info_f_ptr="*fp32", info_m_ptr="*i64", psum_ptr="*i64", tok_ptr="*i32",
+              nacc_ptr="*i32", valid_ptr="*i1", seed_ptr="*i64", offset_ptr="*i64",
+              V="i32", MAXK="i32", R="i32", C="i32", CHUNK="i32", rnd="i32")
+    for tp, tdt in ((False, "*bf16"), (False, "*fp32"), (True, "*fp32")):
+        for qm, qdt in ((0, "*fp32"), (1, "*fp32"), (2, tdt)):
+            if tp and qm == 2:
+                continue
+            rows = dict(t_ptr=tdt, t_stride="i64", N="i64", t_start_ptr="*i64",
+                        ids_ptr="*i64", d_start_ptr="*i64", n_draft_ptr="*i64", n_ids="i64",
+                        n_draft_rows="i64", q_ptr=qdt, q_stride="i64", inv_t_ptr="*fp32",
+                        top_k_ptr="*i64", top_p_ptr="*fp32", min_p_ptr="*fp32", **ws)
+            sizes = dict(BLOCK_V=1024, MAXK_P2=16)
+            yield st._stats_kernel, rows, dict(T_PROBS=tp, FILTERS=True, **sizes)
+            for top_p in (False, True):
+                yield st._select_kernel, rows, dict(T_PROBS=tp, TOP_P=top_p, HAS_TOPK=True,
+                                                    CP2=32, **sizes)
+            yield st._mass_kernel, rows, dict(T_PROBS=tp, HAS_TOPK=True, CP2=32, **sizes)
+            for forced in (False, True):
+                walk = dict(rows, forced_ptr="*i64" if forced else "constexpr")
+                yield sa._walk_kernel, walk, dict(
+                    T_PROBS=tp, Q_MODE=qm, FORCED=forced, HAS_TOPK=True, HAS_TOPP=True,
+                    MAXK_P2=16, OUT_P2=16, CP2=32, **({} if forced else {"forced_ptr": None}))
+            yield sd._draw_sums_kernel, rows, dict(T_PROBS=tp, Q_MODE=qm, BLOCK_V=1024)
+            yield sd._draw_find_kernel, rows, dict(T_PROBS=tp, Q_MODE=qm, BLOCK_V=1024,
+                                                   OUT_P2=16, CP2=32)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--arch", type=int, default=90)
+    ap.add_argument("--only", choices=("fused", "split"), default=None)
     args = ap.parse_args()
     target = GPUTarget("cuda", args.arch, 32)
     failures = 0
-    for fn, sig, consts in variants():
+    todo = {"fused": variants, "split": split_variants}
+    for fn, sig, consts in (v for name, gen in todo.items() if args.only in (None, name)
+                            for v in gen()):
         order = fn.arg_names
-        sig = {name: sig[name] for name in order}
+        sig = {name: ("constexpr" if name in consts else sig[name]) for name in order}
         k = triton.compile(ASTSource(fn=fn, signature=sig, constexprs=consts), target=target,
                            options={"enable_fp_fusion": False, "num_warps": 8})
         ptx = k.asm["ptx"]
         bad = collections.Counter(BAD.findall(ptx))
         status = "ok" if not bad else f"SUSPICIOUS {dict(bad)}"
         failures += bool(bad)
-        shown = {k: v for k, v in consts.items() if k != "forced_ptr"}
+        shown = {k: v for k, v in consts.items() if k not in ("forced_ptr", "BLOCK_V",
+                                                              "MAXK_P2", "OUT_P2", "CP2")}
         print(f"{fn.__name__:26s} {str(shown):90s} {status}", flush=True)
     print("all variants compiled for sm_%d; %s" % (args.arch, "PTX clean" if not failures
                                                     else f"{failures} suspicious"))

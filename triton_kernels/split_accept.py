@@ -52,6 +52,7 @@ def _visit(b, j, kb, oob, N, t_ptr, t_stride, t0, q_ptr, q_stride, ids_ptr, d0, 
     """Position j -> (accepted, token, draw): the accept test (TEST, at a draft position);
     greedy positions give their token, others that stop need a ``draw``; token -1 with no
     draw marks the request invalid at j."""
+    NO = tl.full([], False, tl.int1)       # "not a probability row", as an int1 tensor
     t_index = t0 + j
     exists = (t_index >= 0) & (t_index < N) & ((oob & (j == kb)) == 0)
     accepted = tl.full([], False, tl.int1)
@@ -72,14 +73,14 @@ def _visit(b, j, kb, oob, N, t_ptr, t_stride, t0, q_ptr, q_stride, ids_ptr, d0, 
                 row_ok = True                          # checked in full only if drawn from
                 t_stats = None
             else:
-                row_ok, t_stats = _stats_of(s, C, tl.full([], False, tl.int1), req, V, pmax_ptr, parg_ptr, pcnt_ptr,
+                row_ok, t_stats = _stats_of(s, C, NO, req, V, pmax_ptr, parg_ptr, pcnt_ptr,
                                             pmk_ptr, pmm_ptr, hist_ptr, ans_ptr, HAS_TOPK,
                                             HAS_TOPP, CP2)
             if row_ok:
                 if TEST:
                     if is_draft:
                         if Q_MODE == 2:
-                            q_ok, q_stats = _stats_of(R + b * MAXK + j, C, tl.full([], False, tl.int1), req, V,
+                            q_ok, q_stats = _stats_of(R + b * MAXK + j, C, NO, req, V,
                                                       pmax_ptr, parg_ptr, pcnt_ptr, pmk_ptr,
                                                       pmm_ptr, hist_ptr, ans_ptr, HAS_TOPK,
                                                       HAS_TOPP, CP2)
@@ -109,6 +110,7 @@ def _walk_kernel(
     HAS_TOPK: tl.constexpr, HAS_TOPP: tl.constexpr, MAXK_P2: tl.constexpr,
     OUT_P2: tl.constexpr, CP2: tl.constexpr,
 ):
+    NO = tl.full([], False, tl.int1)       # "not a probability row", as an int1 tensor
     b = tl.program_id(0).to(tl.int64)
     t0 = tl.load(t_start_ptr + b)
     d0 = tl.load(d_start_ptr + b)
@@ -148,7 +150,7 @@ def _walk_kernel(
         if T_PROBS:
             tl.store(info_m_ptr + b * 2, 1)
         else:
-            ok, st = _stats_of(b * (MAXK + 1) + j, C, tl.full([], False, tl.int1), req, V, pmax_ptr, parg_ptr,
+            ok, st = _stats_of(b * (MAXK + 1) + j, C, NO, req, V, pmax_ptr, parg_ptr,
                                pcnt_ptr, pmk_ptr, pmm_ptr, hist_ptr, ans_ptr, HAS_TOPK,
                                HAS_TOPP, CP2)
             tl.store(info_f_ptr + b * 8, st[0])
@@ -158,7 +160,7 @@ def _walk_kernel(
             tl.store(info_m_ptr + b * 2, st[4])
         if Q_MODE == 2:
             if j < kb:
-                q_ok, qs = _stats_of(R + b * MAXK + j, C, tl.full([], False, tl.int1), req, V, pmax_ptr, parg_ptr,
+                q_ok, qs = _stats_of(R + b * MAXK + j, C, NO, req, V, pmax_ptr, parg_ptr,
                                      pcnt_ptr, pmk_ptr, pmm_ptr, hist_ptr, ans_ptr, HAS_TOPK,
                                      HAS_TOPP, CP2)
                 tl.store(info_f_ptr + b * 8 + 4, qs[0])

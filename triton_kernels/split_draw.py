@@ -65,7 +65,7 @@ def _draw_sums_kernel(
         b, t_ptr, t_stride, t_start_ptr, q_ptr, q_stride, d_start_ptr, inv_t_ptr, info_i_ptr,
         info_f_ptr, info_m_ptr)
     if draw:
-        lo = c * CHUNK
+        lo = (c * CHUNK).to(tl.int32)     # V <= 2**22: int32 indices
         hi = tl.minimum(lo + CHUNK, V)
         if Q_MODE == 0:                        # point-mass draft (y = -1: the bonus, r = p)
             sr, sp = _weight_sums(t_row, q_row, lo, hi, y, inv_t, t_stats, q_ok, q_stats,
@@ -151,7 +151,7 @@ def _draw_find_kernel(
                                       TAG_SAMPLE)
             t = mulhi_u64(u_lo, u_hi, total)
             if (prefix <= t) & (t < prefix + mine):
-                lo = c * CHUNK
+                lo = (c * CHUNK).to(tl.int32)     # V <= 2**22: int32 indices
                 hi = tl.minimum(lo + CHUNK, V)
                 if Q_MODE == 0:
                     token = _find(t_row, q_row, lo, hi, y, inv_t, t_stats, q_ok, q_stats,

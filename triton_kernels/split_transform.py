@@ -81,7 +81,7 @@ def _stats_kernel(
     greedy = inv_t == 0.0
     # the stats of a non-greedy probability row are never read (its accept test reads p(y))
     if needed & ((is_probs & (greedy == 0)) == 0):
-        lo = c * CHUNK
+        lo = (c * CHUNK).to(tl.int32)     # V <= 2**22: int32 indices
         hi = tl.minimum(lo + CHUNK, V)
         x_scale = tl.where(greedy, 1.0, inv_t)
         if is_draft:
@@ -157,7 +157,7 @@ def _select_kernel(
                 tl.store(ans_ptr + slot, ans)
             shift = 28 - 4 * rnd
             cand = ans + (tl.arange(0, RADIX).to(tl.int64) << shift)
-            lo = c * CHUNK
+            lo = (c * CHUNK).to(tl.int32)     # V <= 2**22: int32 indices
             hi = tl.minimum(lo + CHUNK, V)
             if is_draft:
                 weight_ge = _hist_chunk(q_ptr + row * q_stride, lo, hi, inv_t, x_max, k_thr,
@@ -211,7 +211,7 @@ def _mass_kernel(
                     key, w = prefix_of(s, SEL_TOPK, N_ROUNDS, hist_ptr, ans_ptr,
                                        top_k.to(tl.float64))
                     k_thr = ukey_f32(key)
-            lo = c * CHUNK
+            lo = (c * CHUNK).to(tl.int32)     # V <= 2**22: int32 indices
             hi = tl.minimum(lo + CHUNK, V)
             mp = tl.where(min_p > 0.0, min_p, 0.0)
             if is_draft:

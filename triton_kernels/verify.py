@@ -228,8 +228,8 @@ def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start
     q = target if draft is None else draft
     _verify_kernel[(B,)](
         target, target.stride(0), N, target_row_start, draft_ids, draft_row_start, num_draft,
-        draft_ids.numel(), n_draft_rows, q, q.stride(0), inv_temp, top_k, top_p, min_p, seed, offset,
-        forced_num_accepted, tok, nacc, valid, V, max_k,
+        draft_ids.numel(), n_draft_rows, q, q.stride(0), inv_temp, top_k, top_p, min_p, seed,
+        offset, forced_num_accepted, tok, nacc, valid, V, max_k,
         T_PROBS=bool(target_is_probs), Q_MODE=q_mode, FORCED=forced_num_accepted is not None,
         BLOCK_V=block_v(V, dev), MAXK_P2=max(16, next_pow2(max_k)),
         OUT_P2=max(16, next_pow2(max_k + 1)), **launch_opts(dev))
