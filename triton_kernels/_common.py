@@ -150,6 +150,28 @@ def _argmax_step(vals, idx, msk, best, best_i):
 
 
 @triton.jit
+def logits_tile(row_ptr, idx, msk, x_scale):
+    """One tile of a logits row, x = l * x_scale -> (bad, finite l, finite x: int32 counts,
+    x with NaN and masked lanes at -inf: the argmax candidates)."""
+    l = load_f32(row_ptr + idx, msk, NEG_INF)
+    x = l * x_scale
+    bad = (l != l) | (l == POS_INF) | (x != x) | (x == POS_INF)
+    return (tl.sum(bad.to(tl.int32), axis=0), tl.sum((l > NEG_INF).to(tl.int32), axis=0),
+            tl.sum((x > NEG_INF).to(tl.int32), axis=0), tl.where(msk & (x == x), x, NEG_INF))
+
+
+@triton.jit
+def check_probs_tile(row_ptr, idx, msk):
+    """One tile of a probability row -> (entries outside [0, 1]: int32, mass in 2**-32 units:
+    int64, p with bad and masked lanes at -1: the argmax candidates)."""
+    p = load_f32(row_ptr + idx, msk, 0.0)
+    ok = (p >= 0.0) & (p <= 1.0)
+    return (tl.sum((msk & (~ok)).to(tl.int32), axis=0),
+            tl.sum((tl.where(ok, p, 0.0) * P_CHECK_SCALE).to(tl.int64), axis=0),
+            tl.where(msk & ok, p, -1.0))
+
+
+@triton.jit
 def logits_scan(row_ptr, V, inv_t, BLOCK_V: tl.constexpr):
     """One pass over a row of logits l, x = l * inv_t -> (valid, max x, lowest argmax of x).
 
@@ -164,13 +186,11 @@ def logits_scan(row_ptr, V, inv_t, BLOCK_V: tl.constexpr):
     for start in range(0, V, BLOCK_V):
         idx = start + offs
         msk = idx < V
-        l = load_f32(row_ptr + idx, msk, NEG_INF)
-        x = l * inv_t
-        bad = (l != l) | (l == POS_INF) | (x != x) | (x == POS_INF)
-        n_bad += tl.sum(bad.to(tl.int32), axis=0)
-        n_finite_l += tl.sum((l > NEG_INF).to(tl.int32), axis=0)
-        n_finite_x += tl.sum((x > NEG_INF).to(tl.int32), axis=0)
-        x_max, arg = _argmax_step(tl.where(msk & (x == x), x, NEG_INF), idx, msk, x_max, arg)
+        bad, fin_l, fin_x, cand = logits_tile(row_ptr, idx, msk, inv_t)
+        n_bad += bad
+        n_finite_l += fin_l
+        n_finite_x += fin_x
+        x_max, arg = _argmax_step(cand, idx, msk, x_max, arg)
     valid = (n_bad == 0) & (n_finite_l > 0) & (n_finite_x > 0)
     return valid, x_max, arg
 
@@ -187,11 +207,10 @@ def probs_check_argmax(row_ptr, V, BLOCK_V: tl.constexpr):
     for start in range(0, V, BLOCK_V):
         idx = start + offs
         msk = idx < V
-        p = load_f32(row_ptr + idx, msk, 0.0)
-        ok = (p >= 0.0) & (p <= 1.0)
-        n_bad += tl.sum((msk & (~ok)).to(tl.int32), axis=0)
-        mass += tl.sum((tl.where(ok, p, 0.0) * P_CHECK_SCALE).to(tl.int64), axis=0)
-        best, arg = _argmax_step(tl.where(msk & ok, p, -1.0), idx, msk, best, arg)
+        bad, m, cand = check_probs_tile(row_ptr, idx, msk)
+        n_bad += bad
+        mass += m
+        best, arg = _argmax_step(cand, idx, msk, best, arg)
     valid = (n_bad == 0) & (mass > 0) & (mass <= P_CHECK_MAX)
     return valid, arg
 
@@ -348,15 +367,25 @@ def draw_row(t_row, q_row, V, y, u_lo, u_hi, inv_t, t_stats, q_ok, q_stats,
     use_p = total_r == 0
     total = tl.where(use_p, total_p, total_r)
     t = mulhi_u64(u_lo, u_hi, total)
+    hi = tl.where(total > 0, V, 0)                 # S == 0: nothing to find, -1
+    return find_token(t_row, q_row, 0, hi, y, inv_t, t_stats, q_ok, q_stats, use_p,
+                      tl.full([], 0, tl.int64), t, T_PROBS, Q_MODE, BLOCK_V)
+
+
+@triton.jit
+def find_token(t_row, q_row, lo, hi, y, inv_t, t_stats, q_ok, q_stats, use_p, cum, t,
+               T_PROBS: tl.constexpr, Q_MODE: tl.constexpr, BLOCK_V: tl.constexpr):
+    """The smallest index i in [lo, hi) where cum + the weights of [lo, i] pass t (the
+    weights of the residual, or of p with ``use_p``); -1 if none does."""
+    offs = tl.arange(0, BLOCK_V)
     token = tl.full([], -1, tl.int32)
-    cum = tl.full([], 0, tl.int64)
-    start = tl.full([], 0, tl.int32)
-    while (token < 0) & (start < V) & (total > 0):
+    start = tl.full([], 0, tl.int32) + lo
+    while (token < 0) & (start < hi):
         idx = start + offs
-        w_r, w_p = _weights_tile(t_row, q_row, idx, idx < V, y, inv_t, t_stats, q_ok, q_stats,
+        w_r, w_p = _weights_tile(t_row, q_row, idx, idx < hi, y, inv_t, t_stats, q_ok, q_stats,
                                  T_PROBS, Q_MODE)
         w = tl.where(use_p, w_p, w_r)
-        hit = (idx < V) & (cum + tl.cumsum(w, axis=0) > t)
+        hit = (idx < hi) & (cum + tl.cumsum(w, axis=0) > t)
         first = tl.min(tl.where(hit, idx, NO_INDEX), axis=0)
         token = tl.where(first < NO_INDEX, first, token)
         cum += tl.sum(w, axis=0)

@@ -1,6 +1,7 @@
 """Host-side launch helpers shared by the launchers."""
 import os
 
+import torch
 import triton
 
 # Whether the kernels run in Triton's interpreter: decided by Triton when they are decorated
@@ -27,6 +28,13 @@ def launch_opts(device) -> dict:
     if device.type == "cuda" and not INTERPRETED:
         opts["num_warps"] = 8
     return opts
+
+
+def verify_outputs(B: int, max_k: int, device):
+    """(token_ids [B, max_k + 1] int32, num_accepted [B] int32, valid [B] bool), unfilled."""
+    return (torch.empty((B, max_k + 1), dtype=torch.int32, device=device),
+            torch.empty((B,), dtype=torch.int32, device=device),
+            torch.empty((B,), dtype=torch.bool, device=device))
 
 
 def next_pow2(n: int) -> int:

@@ -14,7 +14,7 @@ a CUDA graph.  Tokens equal the fused kernel's (``verify.py``) and the reference
 import torch
 import triton
 
-from ._launch import block_v, chunk_size, launch_opts, next_pow2
+from ._launch import block_v, chunk_size, launch_opts, next_pow2, verify_outputs
 from .split_accept import _walk_kernel
 from .split_draw import _draw_find_kernel, _draw_sums_kernel
 from .split_transform import _mass_kernel, _select_kernel, _stats_kernel
@@ -37,9 +37,7 @@ def verify_split(target, target_is_probs, target_row_start, draft_ids, draft_row
     B = num_draft.shape[0]
     dev = target.device
     max_k = int(max_k)
-    tok = torch.empty((B, max_k + 1), dtype=torch.int32, device=dev)
-    nacc = torch.empty((B,), dtype=torch.int32, device=dev)
-    valid = torch.empty((B,), dtype=torch.bool, device=dev)
+    tok, nacc, valid = verify_outputs(B, max_k, dev)
     if B == 0:
         return tok, nacc, valid
     N, V = target.shape

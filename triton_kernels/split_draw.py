@@ -10,7 +10,8 @@
 import triton
 import triton.language as tl
 
-from ._common import P_CHECK_MAX, TAG_SAMPLE, NO_INDEX, _weights_tile, mulhi_u64, stream_words
+from ._common import (P_CHECK_MAX, TAG_SAMPLE, _weights_tile, find_token, mulhi_u64,
+                      stream_words)
 from .split_accept import write_row
 from .split_transform import _stats_chunk
 
@@ -87,26 +88,6 @@ def _draw_sums_kernel(
         tl.store(psum_ptr + k + 3, mass)
 
 
-@triton.jit
-def _find(t_row, q_row, lo, hi, y, inv_t, t_stats, q_ok, q_stats, use_p, cum, t,
-          T_PROBS: tl.constexpr, Q_MODE: tl.constexpr, BLOCK_V: tl.constexpr):
-    """The smallest index in [lo, hi) where the running weight sum (from ``cum``) passes t."""
-    offs = tl.arange(0, BLOCK_V)
-    token = tl.full([], -1, tl.int32)
-    start = lo.to(tl.int32)
-    while (token < 0) & (start < hi):
-        idx = start + offs
-        w_r, w_p = _weights_tile(t_row, q_row, idx, idx < hi, y, inv_t, t_stats, q_ok, q_stats,
-                                 T_PROBS, Q_MODE)
-        w = tl.where(use_p, w_p, w_r)
-        hit = (idx < hi) & (cum + tl.cumsum(w, axis=0) > t)
-        first = tl.min(tl.where(hit, idx, NO_INDEX), axis=0)
-        token = tl.where(first < NO_INDEX, first, token)
-        cum += tl.sum(w, axis=0)
-        start += BLOCK_V
-    return token
-
-
 @triton.jit(do_not_specialize=["t_stride", "q_stride", "V", "MAXK", "C", "CHUNK"])
 def _draw_find_kernel(
     t_ptr, t_stride, t_start_ptr, q_ptr, q_stride, d_start_ptr, inv_t_ptr,   # as above
@@ -154,12 +135,12 @@ def _draw_find_kernel(
                 lo = (c * CHUNK).to(tl.int32)     # V <= 2**22: int32 indices
                 hi = tl.minimum(lo + CHUNK, V)
                 if Q_MODE == 0:
-                    token = _find(t_row, q_row, lo, hi, y, inv_t, t_stats, q_ok, q_stats,
-                                  use_p, prefix, t, T_PROBS, 0, BLOCK_V)
+                    token = find_token(t_row, q_row, lo, hi, y, inv_t, t_stats, q_ok, q_stats,
+                                       use_p, prefix, t, T_PROBS, 0, BLOCK_V)
                 elif y < 0:
-                    token = _find(t_row, q_row, lo, hi, y, inv_t, t_stats, q_ok, q_stats,
-                                  use_p, prefix, t, T_PROBS, 0, BLOCK_V)
+                    token = find_token(t_row, q_row, lo, hi, y, inv_t, t_stats, q_ok, q_stats,
+                                       use_p, prefix, t, T_PROBS, 0, BLOCK_V)
                 else:
-                    token = _find(t_row, q_row, lo, hi, y, inv_t, t_stats, q_ok, q_stats,
-                                  use_p, prefix, t, T_PROBS, Q_MODE, BLOCK_V)
+                    token = find_token(t_row, q_row, lo, hi, y, inv_t, t_stats, q_ok, q_stats,
+                                       use_p, prefix, t, T_PROBS, Q_MODE, BLOCK_V)
                 tl.store(tok_ptr + b * (MAXK + 1) + j, token)

@@ -13,8 +13,8 @@ partials, ``split.py`` for the launch sequence).
 import triton
 import triton.language as tl
 
-from ._common import (NEG_INF, P_CHECK_SCALE, POS_INF, RADIX, _argmax_step, _e_tile,
-                      _select_tile, E_SCALE, load_f32)
+from ._common import (NEG_INF, RADIX, _argmax_step, _e_tile, _select_tile, E_SCALE,
+                      check_probs_tile, logits_tile)
 from ._split_common import (N_ROUNDS, SEL_TOPK, SEL_TOPP, locate, prefix_of, psum, summary,
                             ukey_f32)
 
@@ -35,24 +35,21 @@ def _stats_chunk(row_ptr, lo, hi, x_scale, is_probs, BLOCK_V: tl.constexpr):
         for start in range(lo, hi, BLOCK_V):
             idx = start + offs
             msk = idx < hi
-            p = load_f32(row_ptr + idx, msk, 0.0)
-            ok = (p >= 0.0) & (p <= 1.0)
-            n0 += tl.sum((msk & (~ok)).to(tl.int64), axis=0)
-            n1 += tl.sum((tl.where(ok, p, 0.0) * P_CHECK_SCALE).to(tl.int64), axis=0)
-            best, arg = _argmax_step(tl.where(msk & ok, p, -1.0), idx, msk, best, arg)
+            bad, mass, cand = check_probs_tile(row_ptr, idx, msk)
+            n0 += bad
+            n1 += mass
+            best, arg = _argmax_step(cand, idx, msk, best, arg)
         n2 = n2 + 1
     else:
         best = tl.full([], NEG_INF, tl.float32)
         for start in range(lo, hi, BLOCK_V):
             idx = start + offs
             msk = idx < hi
-            l = load_f32(row_ptr + idx, msk, NEG_INF)
-            x = l * x_scale
-            bad = (l != l) | (l == POS_INF) | (x != x) | (x == POS_INF)
-            n0 += tl.sum(bad.to(tl.int64), axis=0)
-            n1 += tl.sum((l > NEG_INF).to(tl.int64), axis=0)
-            n2 += tl.sum((x > NEG_INF).to(tl.int64), axis=0)
-            best, arg = _argmax_step(tl.where(msk & (x == x), x, NEG_INF), idx, msk, best, arg)
+            bad, fin_l, fin_x, cand = logits_tile(row_ptr, idx, msk, x_scale)
+            n0 += bad
+            n1 += fin_l
+            n2 += fin_x
+            best, arg = _argmax_step(cand, idx, msk, best, arg)
     return best, arg, n0, n1, n2
 
 

@@ -10,13 +10,12 @@ rows and visits ``j*`` alone, with no accept test.
 Per-request scalars travel as the tuple ``req = (inv_t, top_k, top_p, min_p, seed, offset)``;
 row statistics as ``stats`` (see ``_common``).
 """
-import torch
 import triton
 import triton.language as tl
 
 from ._common import (TAG_SAMPLE, accept_uniform, block_length, draw_row, logits_scan,
                       prob_at, probs_check_argmax, request_ok, row_stats, stream_words)
-from ._launch import block_v, chunk_size, launch_opts, next_pow2, use_split
+from ._launch import block_v, chunk_size, launch_opts, next_pow2, use_split, verify_outputs
 
 
 @triton.jit
@@ -217,9 +216,7 @@ def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start
                             draft_row_start, num_draft, draft, draft_is_probs, inv_temp, top_k,
                             top_p, min_p, seed, offset, max_k, forced_num_accepted, has_topk,
                             has_topp)
-    tok = torch.empty((B, max_k + 1), dtype=torch.int32, device=dev)
-    nacc = torch.empty((B,), dtype=torch.int32, device=dev)
-    valid = torch.empty((B,), dtype=torch.bool, device=dev)
+    tok, nacc, valid = verify_outputs(B, max_k, dev)
     if B == 0:
         return tok, nacc, valid
     N, V = target.shape
