@@ -192,7 +192,8 @@ PYBIND11_MODULE(_C, m) {
       "verify",
       [](py::handle target, bool target_is_probs, py::handle draft, bool draft_is_probs,
          py::handle draft_ids, int64_t num_ids, py::tuple requests, int64_t B, int64_t max_k,
-         uintptr_t out_tokens, uintptr_t out_num_accepted, uintptr_t out_valid) {
+         uintptr_t out_tokens, uintptr_t out_num_accepted, uintptr_t out_valid, bool block,
+         uintptr_t out_rates) {
         specops::check_isa_env();
         if (B < 0 || max_k < 0 || num_ids < 0) fail("verify: B, max_k, num_ids must be >= 0");
         check_len(requests, std::size(kRequestFields), "verify: requests");
@@ -219,18 +220,22 @@ PYBIND11_MODULE(_C, m) {
         a.out_tokens = out_ptr<int32_t>(out_tokens, B, "out_tokens");
         a.out_num_accepted = out_ptr<int32_t>(out_num_accepted, B, "out_num_accepted");
         a.out_valid = out_ptr<uint8_t>(out_valid, B, "out_valid");
+        a.block = block;
+        if (block && a.forced_num_accepted.ptr) fail("verify: the forced mode is token-wise only");
+        a.out_rates = out_rates ? out_ptr<float>(out_rates, B * max_k, "out_rates") : nullptr;
         py::gil_scoped_release nogil;
         specops::verify(a);
       },
       py::arg("target"), py::arg("target_is_probs"), py::arg("draft"), py::arg("draft_is_probs"),
       py::arg("draft_ids"), py::arg("num_ids"), py::arg("requests"), py::arg("B"),
       py::arg("max_k"), py::arg("out_tokens"), py::arg("out_num_accepted"),
-      py::arg("out_valid"),
+      py::arg("out_valid"), py::arg("block") = false, py::arg("out_rates") = uintptr_t(0),
       "The fused verify walk (reference.verify_rows_ref).  target / draft: matrix views; "
       "draft_ids: a column view; requests: one column view per name in REQUEST_FIELDS "
       "(forced_num_accepted may be None; inv_temp, top_k, top_p, min_p, seed and offset may "
       "be a Python float / int shared by every request); outputs: addresses of token_ids [B, max_k + 1] "
-      "int32, num_accepted [B] int32, valid [B] bool.");
+      "int32, num_accepted [B] int32, valid [B] bool; block: block verification (section 9); "
+      "out_rates: address of accept_rates [B, max_k] float32 (section 10) or 0.");
 
   m.def(
       "sampling_probs",

@@ -59,11 +59,13 @@ struct VerifyArgs {
   IntCol seed;
   IntCol offset;
   IntCol forced_num_accepted;  // ptr == nullptr: the plain verify
+  bool block = false;          // block verification (reference section 9)
   int64_t B = 0;
   int64_t max_k = 0;
   int32_t* out_tokens = nullptr;        // [B, max_k + 1]
   int32_t* out_num_accepted = nullptr;  // [B]
   uint8_t* out_valid = nullptr;         // [B]
+  float* out_rates = nullptr;           // [B, max_k] or nullptr (reference section 10)
 };
 
 void verify(const VerifyArgs& a);

@@ -28,7 +28,9 @@ from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from specops import reference as _ref
 from specops.backends import registry
-from specops.ops import accept_op, residual_sample_op, sampling_probs_op, verify_op
+from specops.ops import (accept_op, residual_sample_op, sampling_probs_op, verify_method_op,
+                         verify_op)
+from specops.ops import verify_method as _verify_method
 
 LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 ID_DTYPES = (torch.int32, torch.int64)
@@ -43,6 +45,17 @@ class VerifyOutput(NamedTuple):
     token_ids: torch.Tensor
     num_accepted: torch.Tensor
     valid: torch.Tensor
+
+
+class RatedVerifyOutput(VerifyOutput):
+    """``VerifyOutput`` plus ``accept_rates`` [B, K] float32 (``return_accept_rates=True``):
+    beta_j = sum_x min(p_j(x), q_j(x)) for every position whose rows the verifier read, NaN
+    elsewhere (reference section 10).  Still unpacks as the three-tuple."""
+
+    def __new__(cls, token_ids, num_accepted, valid, accept_rates):
+        self = super().__new__(cls, token_ids, num_accepted, valid)
+        self.accept_rates = accept_rates
+        return self
 
 
 class Canonical(NamedTuple):
@@ -498,7 +511,7 @@ def verify_block(target_logits=None, draft_token_ids=None, draft_probs=None, *,
                  target_probs=None, draft_logits=None, temperature=1.0, top_k=0, top_p=1.0,
                  min_p=0.0, num_draft_tokens=None, cu_num_draft_tokens=None, seed=None,
                  offset=None, generator=None, max_num_draft_tokens=None, validate=None,
-                 backend="auto") -> VerifyOutput:
+                 method="token", return_accept_rates=False, backend="auto") -> VerifyOutput:
     """Verify a batch of speculative blocks exactly (see ``specops.reference`` for the spec).
 
     Padded layout: ``target_logits`` [B, K+1, V] (float32/bfloat16/float16, read in place)
@@ -522,13 +535,37 @@ def verify_block(target_logits=None, draft_token_ids=None, draft_probs=None, *,
     device: a malformed request's row is all -1, num_accepted 0, valid False (reference,
     section 8).  ``validate=False`` with ``max_num_draft_tokens`` (flattened layout) makes no
     host synchronisation and can be captured in a CUDA graph.
+
+    ``method``: "token" (default: accept each draft with probability min(1, p/q) in turn) or
+    "block" (block verification, reference section 9: the same exact output law, at least as
+    many accepted drafts in expectation; it reads every row of the block).
+    ``return_accept_rates=True`` returns a ``RatedVerifyOutput`` whose ``accept_rates``
+    [B, K] float32 holds beta_j = sum min(p_j, q_j) per position read (NaN elsewhere;
+    reference section 10).
     """
+    _check_method(method, return_accept_rates)
     args = _prepare(target_logits, draft_token_ids, draft_probs, target_probs, draft_logits,
                     temperature, top_k, top_p, min_p, num_draft_tokens, cu_num_draft_tokens,
                     seed, offset, generator, max_num_draft_tokens, scalars=True,
                     validate=validate)
     name = registry.resolve(backend, args.target.device)
-    return VerifyOutput(*_run_verify(args, name))
+    if method == "token" and not return_accept_rates:
+        return VerifyOutput(*_run_verify(args, name))
+    if _eager_direct():
+        out = _verify_method.run(*args, name, method, bool(return_accept_rates))
+    else:
+        out = verify_method_op(*_tensors(args), name, method, bool(return_accept_rates))
+    if return_accept_rates:
+        return RatedVerifyOutput(*out)
+    return VerifyOutput(*out[:3])
+
+
+def _check_method(method, return_accept_rates):
+    if not isinstance(method, str) or method not in _verify_method.METHODS:
+        raise ValueError(f"method must be 'token' or 'block', got {method!r}")
+    if not isinstance(return_accept_rates, bool):
+        raise TypeError(f"return_accept_rates must be a bool, got "
+                        f"{type(return_accept_rates).__name__}")
 
 
 def verify_block_unfused(target_logits=None, draft_token_ids=None, draft_probs=None, *,

@@ -185,6 +185,75 @@ A malformed request emits nothing: its row is all ``-1``, ``num_accepted = 0``,
 In ``sampling_probs`` a row whose own parameters are malformed (the first two bullets) is
 invalid: zeros and ``valid = False``.
 
+9. Block verification (``method="block"``)
+------------------------------------------
+Block verification (Sun, Mendlovic, Leviathan, Aharoni, Beirami, arXiv 2403.10444) keeps
+the longest prefix it can justify from the whole block at once, so it accepts at least as
+many drafts as the walk of section 1 in expectation, with the same exact output law.  For a
+request that is neither greedy nor in the forced mode, with block length ``g = kb``
+(section 1), target rows ``p_0..p_g`` and draft rows ``q_0..q_{g-1}`` (transformed exactly as
+in sections 1-2; point-mass drafts: ``q_j = one-hot(y_j)``):
+
+* *The running weight* ``rho_0 = 1`` and, for ``j = 0..g-1``, in float64 on the float32
+  values: ``t = rho_j * p_j(y_j)``;  ``rho_{j+1} = 1`` if ``t > 0 and t >= q_j(y_j)``, else
+  ``t / q_j(y_j)`` if ``t > 0 and q_j(y_j) > 0``, else ``0`` (a NaN anywhere gives 0).
+  This is ``min(rho_j * p_j(y_j) / q_j(y_j), 1)`` with the product rounded first.
+* *The scaled residual* of position j with weight rho: for every token x, in float64,
+  ``d(x) = rho * p_j(x) - max(q_j(x), 0)`` if ``rho * p_j(x) > q_j(x)`` else ``0`` (NaN q
+  gives 0), and its integer weight ``D_j(x) = trunc(d(x) * 2**60)`` (int64; ``d <= 1``).
+  ``S_j = sum_x D_j(x)``: an integer sum, so the order does not matter.
+* *The stopping probabilities*, for ``1 <= j < g``: ``z = float64(S_j) * 2**-60`` (S_j
+  computed with ``rho = rho_j``), ``den = z + (1 - rho_j)`` (float64, the bracket first),
+  ``h_j = z / den`` if ``den > 0`` else ``1``.  At the end ``h_g = rho_g``; ``h_0 = 1``.
+* *The choice*: ``tau = max{j : u_{j-1} < h_j}`` over ``j = 1..g`` (0 if there is none), where
+  ``u_{j-1}`` is the accept uniform of section 4 at position ``j - 1`` (stream tag 0).  Every
+  ``h_j`` is computed: a later position can be accepted after an earlier one would have
+  failed, so there is no early exit and every row of the block is read.
+* *The output*: ``y_0..y_{tau-1}``, ``num_accepted = tau``, then the token at position
+  ``tau``: if ``tau == g`` the bonus / end-of-block draw from ``p_g`` (section 5 weights
+  ``trunc(p * 2**60)``); otherwise the draw of section 5 with the weights ``D_tau`` computed
+  with ``rho = rho_tau`` (falling back to ``trunc(p_tau * 2**60)`` if they sum to 0).  Either
+  draw uses stream tag 1 at position ``tau``.
+
+With point-mass drafts ``rho_{j+1} = min(t, 1)`` and ``D_j`` is ``trunc(rho * p_j(x) * 2**60)``
+for ``x != y_j`` and 0 at ``y_j``.  The walk of section 1 already accepts with the largest
+probability any verifier can there (``prod_j p_j(y_j)`` for the first n drafts), so block
+verification has the same length law: it only gains with sampled drafts and their q.
+
+*Greedy requests* use the walk of section 1 (the longest prefix equal to the argmax, then the
+argmax): for a one-hot target that is also the most any exact verifier accepts.
+
+*Rows that cannot be used* (*Reading*, chosen so that the law stays exact on the usable part
+and the walk of section 1 is mirrored): positions are visited in order ``j = 0..g`` and the
+block is cut at the first of
+
+* a target row that is invalid or outside the tensor (section 3; with ``target_probs`` every
+  row is checked in full here), or the out-of-range draft index of section 1 at ``j = kb``:
+  the cut ``e = j`` is *invalid*;
+* an invalid draft-logits row at ``j < g`` (q = NaN): the cut ``e = j`` is *valid*.
+
+The block is then block verification of length ``e`` (``h_e = rho_e``).  If ``tau == e`` and
+the cut is invalid the request emits its accepted drafts, then ``-1``, ``num_accepted = e``,
+``valid = False``; a valid cut draws from ``p_e`` (as the walk of section 1 does after
+rejecting an unusable draft row).  Ragged blocks, malformed requests (section 8) and the
+validity rules are otherwise those of sections 1, 3 and 8; the forced mode is token-wise only.
+
+The implemented probability of ``u < h`` is ``ceil(h * 2**32) / 2**32`` (within 2**-32 of h,
+as in section 6); ``exact_output_law(method="block")`` uses h and the implemented weights.
+
+10. Acceptance rates (``return_accept_rates``)
+---------------------------------------------
+``accept_rates`` [B, max_k] float32 holds, for every position j whose rows the verifier read,
+``beta_j = sum_x min(p_j(x), q_j(x))`` (= 1 - TV(p_j, q_j): the probability that position j
+accepts given its prefix): the integer sum ``sum_x trunc(min(p_j(x), max(q_j(x), 0)) *
+2**60)`` (NaN q counts 0) times ``2**-60``, rounded to float32.  Point-mass drafts and greedy
+requests: ``beta_j = p_j(y_j)`` (0 or 1 for greedy).  Rows read: the walk of section 1 reads
+positions ``j <= num_accepted`` (``j < kb``); block verification reads every ``j < e``.  Every
+other entry (not read, an invalid target row, a malformed request, the forced mode) is NaN.
+Computing beta needs the whole draft row at every accepted position, which the walk of
+section 1 otherwise reads only at ``y_j`` (draft probabilities): that is its cost.  (At a
+block cut on an unusable draft row, ``j = e``, beta is 0: that row was read and rejects.)
+
 The vocabulary-split GPU pipeline (``triton_kernels/pipeline``) computes the same row
 statistics as this module by reductions over vocabulary chunks: maxima, lowest-index argmax,
 counts and the integer masses of sections 2 and 5 combine exactly in any order, so it emits
@@ -424,6 +493,50 @@ def draw_from(r, p, U) -> int:
     return draw_index(W, U)
 
 
+def block_next_rho(rho: float, p_y, q_y) -> float:
+    """rho_{j+1} from rho_j, p_j(y_j) and q_j(y_j) (section 9), float64."""
+    t = float(rho) * float(np.float32(p_y))
+    q = float(np.float32(q_y))
+    if t > 0 and t >= q:
+        return 1.0
+    if t > 0 and q > 0:
+        return t / q
+    return 0.0
+
+
+def block_weights(p, q, y: int, rho: float) -> np.ndarray:
+    """D(x) = trunc(d(x) * 2**60), d = rho * p - max(q, 0) where rho * p > q else 0, in
+    float64 (section 9); q None: a point mass at y."""
+    pd = np.asarray(p, dtype=np.float32).astype(np.float64) * np.float64(rho)
+    if q is None:
+        qd = np.zeros(pd.size)
+        qd[y] = 1.0
+    else:
+        qd = np.asarray(q, dtype=np.float32).astype(np.float64)
+    with np.errstate(invalid="ignore"):
+        d = np.where(pd > qd, pd - np.maximum(qd, 0.0), 0.0)
+    return (d * 2.0 ** W_SCALE_BITS).astype(np.int64)
+
+
+def block_stop_probability(S: int, rho: float) -> float:
+    """h_j = z / (z + (1 - rho_j)), z = S_j * 2**-60; 1 when the denominator is 0."""
+    z = float(S) * 2.0 ** -W_SCALE_BITS
+    den = z + (1.0 - float(rho))
+    return z / den if den > 0 else 1.0
+
+
+def accept_rate(p, q, y: int, greedy: bool = False) -> np.float32:
+    """beta_j = sum_x min(p(x), max(q(x), 0)) in 2**-60 units (section 10); p(y) for
+    point-mass drafts (q None) and greedy requests."""
+    p = np.asarray(p, dtype=np.float32)
+    if q is None or greedy:
+        return np.float32(p[y])
+    q = np.asarray(q, dtype=np.float32)
+    with np.errstate(invalid="ignore"):
+        m = np.where(q > 0, np.minimum(p, q), np.float32(0.0)).astype(np.float32)
+    return np.float32(float(int(integer_weights(m).sum())) * 2.0 ** -W_SCALE_BITS)
+
+
 # ----------------------------------------------------------------------------- the walk
 def _block_length(draft_ids: np.ndarray, d0: int, kmax: int, V: int, n_rows: int):
     """(kb, oob): the effective block length num_draft (<= max_k in a request that is not
@@ -439,15 +552,17 @@ def _block_length(draft_ids: np.ndarray, d0: int, kmax: int, V: int, n_rows: int
 
 def verify_rows_ref(target, target_is_probs, target_row_start, draft_ids, draft_row_start,
                     num_draft, draft, draft_is_probs, inv_temp, top_k, top_p, min_p,
-                    seed, offset, max_k, forced_num_accepted=None, _variant: str = "exact"):
+                    seed, offset, max_k, forced_num_accepted=None, method: str = "token",
+                    want_rates: bool = False, _variant: str = "exact"):
     """The one verification walk every backend implements (flattened layout, section 7).
 
     target [N, V] (float logits or float32 probs), request b's row j is
     ``target[target_row_start[b] + j]``; draft ids ``draft_ids[draft_row_start[b] + j]`` and
     the draft row ``draft[draft_row_start[b] + j]`` (probs or logits, or None for point-mass
     drafts); per-request [B] arrays for everything else.  ``forced_num_accepted`` [B] (or
-    None) selects the forced mode of section 7.  Returns numpy
-    (token_ids [B, max_k + 1] int32, num_accepted [B] int32, valid [B] bool).
+    None) selects the forced mode of section 7.  ``method``: "token" (section 1) or "block"
+    (section 9).  Returns numpy (token_ids [B, max_k + 1] int32, num_accepted [B] int32,
+    valid [B] bool), and accept_rates [B, max_k] float32 (section 10) with ``want_rates``.
 
     ``_variant`` selects the negative controls the statistical tests must reject:
     "always_accept", "wrong_fallback" (sample p on rejection), "reused_uniform" (the accept
@@ -459,6 +574,9 @@ def verify_rows_ref(target, target_is_probs, target_row_start, draft_ids, draft_
     out = np.full((B, max_k + 1), -1, dtype=np.int32)
     nacc = np.zeros(B, dtype=np.int32)
     valid = np.zeros(B, dtype=bool)
+    rates = np.full((B, max(max_k, 0)), np.nan, dtype=np.float32)
+    if method not in ("token", "block"):
+        raise ValueError(f"method must be 'token' or 'block', got {method!r}")
     draft_ids = np.asarray(draft_ids).reshape(-1)
     n_draft_rows = draft_ids.size if draft is None else min(draft_ids.size, len(draft))
     for b in range(B):
@@ -533,10 +651,64 @@ def verify_rows_ref(target, target_is_probs, target_row_start, draft_ids, draft_
             r = p if _variant == "wrong_fallback" else residual_row(p, draft_q(j), int(ids_b[j]))
             return draw_from(r, p, U)
 
+        def rate_at(j, p=None):
+            """beta_j (section 10), NaN if the target row is invalid."""
+            p = target_p(j) if p is None else p
+            if p is None:
+                return np.float32(np.nan)
+            q = None if greedy else draft_q(j)
+            return accept_rate(p, q, int(ids_b[j]), greedy)
+
+        if method == "block" and forced_num_accepted is None and not greedy:
+            tau, e, end_ok, rhos = 0, kb, True, [1.0]
+            for j in range(kb + 1):
+                p = None if (oob and j == kb) else target_p(j)
+                if p is None:
+                    e, end_ok = j, False
+                    break
+                if j == kb:
+                    break
+                y = int(ids_b[j])
+                q = draft_q(j)
+                if want_rates:
+                    rates[b, j] = accept_rate(p, q, y)
+                if q is not None and not draft_is_probs and np.isnan(q).all():
+                    e = j                                 # unusable draft row: the block ends
+                    break
+                if j >= 1:
+                    h = block_stop_probability(int(block_weights(p, q, y, rhos[j]).sum()),
+                                               rhos[j])
+                    if accept_uniform(sd, off, j - 1) < h:
+                        tau = j
+                rhos.append(block_next_rho(rhos[j], p[y], 1.0 if q is None else q[y]))
+            if e >= 1 and accept_uniform(sd, off, e - 1) < rhos[e]:
+                tau = e
+            if _variant == "always_accept":
+                tau = e
+            out[b, :tau] = ids_b[:tau]
+            nacc[b] = tau
+            if tau == e and not end_ok:
+                continue
+            p = target_p(tau)
+            U = sample_uniform64(sd, off, tau)
+            if tau == e:
+                emitted = draw_index(integer_weights(p), U)
+            else:
+                W = block_weights(p, draft_q(tau), int(ids_b[tau]), rhos[tau])
+                if _variant == "wrong_fallback":
+                    W = integer_weights(p)
+                emitted = draw_index(W if int(W.sum()) else integer_weights(p), U)
+            if 0 <= emitted < V:
+                out[b, tau] = emitted
+                valid[b] = True
+            continue
+
         if forced_num_accepted is None:
             j, p, row_ok = 0, None, True
             while j < kb:
                 ok, p, row_ok = accepted_at(j, int(ids_b[j]))
+                if want_rates and row_ok:
+                    rates[b, j] = rate_at(j, p)
                 if not ok:
                     break
                 out[b, j] = ids_b[j]
@@ -558,7 +730,7 @@ def verify_rows_ref(target, target_is_probs, target_row_start, draft_ids, draft_
         if 0 <= emitted < V:
             out[b, j] = emitted
             valid[b] = True
-    return out, nacc, valid
+    return (out, nacc, valid, rates) if want_rates else (out, nacc, valid)
 
 
 def sampling_probs_ref(logits, inv_temp, top_k, top_p, min_p):
@@ -603,7 +775,8 @@ def accept_probability(p_y, q_y) -> float:
     return min(1.0, p_y / q_y)
 
 
-def exact_output_law(target, draft, K: int, V: int, fallback: str = "residual"):
+def exact_output_law(target, draft, K: int, V: int, fallback: str = "residual",
+                     method: str = "token"):
     """Exact law of the verifier's output, for small V and K, in float64.
 
     ``target(prefix) -> p`` and ``draft(prefix) -> q`` give the float32 conditionals after an
@@ -614,6 +787,8 @@ def exact_output_law(target, draft, K: int, V: int, fallback: str = "residual"):
     target's own autoregressive law.
 
     ``fallback``: "residual" (the algorithm) or "p" (the classic wrong fallback).
+    ``method``: "token" (section 1) or "block" (section 9: every draft sequence of length K
+    is enumerated, then the stopping point tau with the law ``h_t * prod_{i>t} (1 - h_i)``).
     Returns a dict: ``law`` and ``target_law`` (arrays of shape [V] * (K + 1)), ``tv`` (total
     variation distance between them), ``length_law`` (P(num_accepted = n), n = 0..K).
     """
@@ -661,7 +836,55 @@ def exact_output_law(target, draft, K: int, V: int, fallback: str = "residual"):
         for x, rx in enumerate(implemented_draw_law(r, p)):
             complete(prefix + (x,), w * reject * rx)
 
-    walk((), 1.0)
+    def qrow(prefix):
+        qd = Q(prefix)
+        if np.ndim(qd) == 0:
+            return None, int(qd)
+        return np.asarray(qd, dtype=np.float32), None
+
+    def block(prefix, w):
+        """Enumerate the drafts; at a full block, the law of tau and of the last token."""
+        j = len(prefix)
+        if j < K:
+            q, point = qrow(prefix)
+            for y in ([point] if q is None else range(V)):
+                wy = w if q is None else w * float(q[y])
+                if wy > 0:
+                    block(prefix + (y,), wy)
+            return
+        rho, h = [1.0], [1.0]
+        for i in range(K):
+            p_i = pvec(prefix[:i])
+            q_i, _ = qrow(prefix[:i])
+            y = prefix[i]
+            if i >= 1:
+                h.append(block_stop_probability(int(block_weights(p_i, q_i, y, rho[i]).sum()),
+                                                rho[i]))
+            rho.append(block_next_rho(rho[i], p_i[y], 1.0 if q_i is None else q_i[y]))
+        h.append(rho[K])
+        for t in range(K + 1):
+            pt = h[t] * float(np.prod([1.0 - x for x in h[t + 1:]]))
+            if pt == 0.0:
+                continue
+            length_law[t] += w * pt
+            p_t = pvec(prefix[:t])
+            if t == K or fallback == "p":
+                draw = implemented_draw_law(p_t, p_t)
+            else:
+                q_t, _ = qrow(prefix[:t])
+                W = block_weights(p_t, q_t, prefix[t], rho[t])
+                S = int(W.sum())
+                draw = (np.array([int(x) / S for x in W]) if S
+                        else implemented_draw_law(p_t, p_t))
+            for x, px in enumerate(draw):
+                complete(prefix[:t] + (x,), w * pt * px)
+
+    if method == "block":
+        block((), 1.0)
+    elif method == "token":
+        walk((), 1.0)
+    else:
+        raise ValueError(f"method must be 'token' or 'block', got {method!r}")
     target_law = np.zeros_like(law)
     for seq in itertools.product(range(V), repeat=K + 1):
         w = 1.0

@@ -13,6 +13,7 @@ struct Work {
   std::vector<int64_t> hmass;              // top-p mass histograms
   std::vector<int32_t> hcnt;               // top-k count histogram
   std::vector<uint64_t> bsum;              // draw block sums
+  std::vector<double> rho;                 // block verification's running weights
 };
 
 // v.data() with room for n floats plus kSimdSlack (vector stores past the end).

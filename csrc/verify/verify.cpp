@@ -5,9 +5,13 @@
 //   forced mode: positions j < j* = min(a, kb) are taken as accepted without reading any
 //                row; at j* the bonus draw (j* == kb) or the rejection draw (j* < kb).
 //
+//   block mode:  block verification (section 9): every row of the block is read, tau is the
+//                last position whose stopping test passes, then one draw at tau.
+//
 // A target row the walk needs that is invalid (or out of bounds) ends the request: accepted
-// drafts, then -1; valid = false.
+// drafts, then -1; valid = false.  With out_rates, beta_j of every position read (section 10).
 #include <algorithm>
+#include <cmath>
 #include <limits>
 
 #include "core/parallel.h"
@@ -15,6 +19,7 @@
 #include "core/rows.h"
 #include "draw/draw.h"
 #include "transform/transform.h"
+#include "verify/block_rows.h"
 #include "verify/request.h"
 
 namespace specops {
@@ -29,6 +34,10 @@ class Walk {
     std::fill(out_, out_ + a.max_k + 1, -1);
     a.out_num_accepted[b] = 0;
     a.out_valid[b] = 0;
+    if (a.out_rates) {
+      rates_ = a.out_rates + b * a.max_k;
+      std::fill(rates_, rates_ + a.max_k, std::numeric_limits<float>::quiet_NaN());
+    }
   }
 
   void run() {
@@ -42,10 +51,12 @@ class Walk {
       Position pos(*this, js);
       return finish(js, js == kb ? bonus_draw(pos) : rejection_draw(pos));
     }
+    if (a_.block && !r_.greedy) return run_block();
     for (int64_t j = 0; j < kb; ++j) {
       if (!r_.target_row_ok(j)) return finish(j, -1);
       Position pos(*this, j);
       const Verdict v = accept_test(pos);
+      if (rates_ && v != Verdict::kInvalid) rates_[j] = rate(pos);
       if (v == Verdict::kAccept) {
         out_[j] = int32_t(pos.y);
         continue;
@@ -165,6 +176,71 @@ class Walk {
                 w_);
   }
 
+  // Block verification (reference section 9).
+  void run_block() {
+    const int64_t kb = r_.block.kb;
+    std::vector<double>& rho = w_.rho;
+    if (int64_t(rho.size()) < kb + 1) rho.resize(size_t(kb + 1));
+    rho[0] = 1.0;
+    int64_t tau = 0, e = kb;
+    bool end_ok = true;
+    for (int64_t j = 0; j <= kb; ++j) {
+      if (!r_.target_row_ok(j)) {
+        e = j, end_ok = false;
+        break;
+      }
+      Position pos(*this, j);
+      if (!target_p(pos)) {
+        e = j, end_ok = false;
+        break;
+      }
+      if (j == kb) break;
+      const float* p = p_row(pos);
+      const float* q = q_row(pos);
+      if (rates_) rates_[j] = rate(pos);
+      if (pos.q_nan) {  // an unusable draft row ends the block here
+        e = j;
+        break;
+      }
+      if (j >= 1) {
+        const double h = block_stop_probability(block_mass(p, q, pos.y, rho[j], r_.V, nullptr),
+                                                rho[j]);
+        if (accept_uniform(r_.seed, r_.offset, uint64_t(j - 1)) < h) tau = j;
+      }
+      rho[j + 1] = block_next_rho(rho[j], p[pos.y], q ? q[pos.y] : 1.0f);
+    }
+    if (e >= 1 && accept_uniform(r_.seed, r_.offset, uint64_t(e - 1)) < rho[e]) tau = e;
+    for (int64_t j = 0; j < tau; ++j) out_[j] = int32_t(draft_id(j));
+    if (tau == e && !end_ok) return finish(e, -1);
+    Position pos(*this, tau);  // the row is read again: a per-request buffer of K rows is not kept
+    if (tau == e) return finish(e, bonus_draw(pos));
+    if (!target_p(pos)) return finish(tau, -1);
+    const float* p = p_row(pos);
+    const float* q = q_row(pos);
+    finish(tau, block_draw(p, q, pos.y, rho[tau], r_.V,
+                           sample_uniform64(r_.seed, r_.offset, uint64_t(tau)), w_));
+  }
+
+  // The draft row q_j as an array, nullptr for point-mass drafts (and, with q_nan, for an
+  // unusable draft-logits row).
+  const float* q_row(Position& pos) {
+    read_draft(pos);
+    if (!a_.draft.ptr || pos.q_nan) return nullptr;
+    if (a_.draft_is_probs) return pos.dprob;
+    pos.Q.materialize(r_.V);
+    return pos.Q.e;
+  }
+
+  // beta_j of a position whose accept test or block step read its rows (section 10).
+  float rate(Position& pos) {
+    if (r_.greedy) return pos.y == pos.argmax ? 1.0f : 0.0f;
+    if (!target_p(pos)) return std::numeric_limits<float>::quiet_NaN();
+    const float* p = p_row(pos);
+    if (!a_.draft.ptr) return p[pos.y];
+    const float* q = q_row(pos);
+    return q ? accept_rate(p, q, r_.V) : 0.0f;
+  }
+
   void finish(int64_t j, int64_t token) {
     a_.out_num_accepted[b_] = int32_t(j);
     if (token >= 0 && token < r_.V && j <= a_.max_k) {
@@ -178,6 +254,7 @@ class Walk {
   Work& w_;
   int32_t* out_;
   int64_t b_;
+  float* rates_ = nullptr;
 };
 
 }  // namespace

@@ -80,7 +80,7 @@ def _col(t, dtype, n: int, name: str, keep: list, ints: bool = False):
 
 def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start, num_draft,
            draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k,
-           forced_num_accepted=None):
+           forced_num_accepted=None, method="token", want_rates=False):
     dev = target.device
     keep: list = []  # converted copies, alive until the call returns
     tgt = _rows(target, bool(target_is_probs))
@@ -112,13 +112,22 @@ def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start
     tok = torch.empty((B, max_k + 1), dtype=torch.int32)
     nacc = torch.empty(B, dtype=torch.int32)
     valid = torch.empty(B, dtype=torch.bool)
+    if method == "token" and not want_rates:
+        _C.verify(_mat(tgt), bool(target_is_probs), None if dr is None else _mat(dr),
+                  bool(draft_is_probs), ids, num_ids, requests, B, max_k, tok.data_ptr(),
+                  nacc.data_ptr(), valid.data_ptr())
+        del keep
+        if dev.type == "cpu":
+            return tok, nacc, valid
+        return tok.to(dev), nacc.to(dev), valid.to(dev)
+    rates = torch.empty((B, max_k), dtype=torch.float32)
     _C.verify(_mat(tgt), bool(target_is_probs), None if dr is None else _mat(dr),
               bool(draft_is_probs), ids, num_ids, requests, B, max_k, tok.data_ptr(),
-              nacc.data_ptr(), valid.data_ptr())
+              nacc.data_ptr(), valid.data_ptr(), method == "block",
+              rates.data_ptr() if want_rates else 0)
     del keep
-    if dev.type == "cpu":
-        return tok, nacc, valid
-    return tok.to(dev), nacc.to(dev), valid.to(dev)
+    out = (tok, nacc, valid) + ((rates,) if want_rates else ())
+    return tuple(t.to(dev) for t in out)
 
 
 def sampling_probs(logits, inv_temp, top_k, top_p, min_p):

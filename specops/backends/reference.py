@@ -20,16 +20,15 @@ def _np(t, B=None):
 
 def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start, num_draft,
            draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k,
-           forced_num_accepted=None):
+           forced_num_accepted=None, method="token", want_rates=False):
     B = num_draft.shape[0]
-    tok, nacc, valid = R.verify_rows_ref(
+    out = R.verify_rows_ref(
         _np(target), target_is_probs, _np(target_row_start), _np(draft_ids),
         _np(draft_row_start), _np(num_draft), _np(draft), draft_is_probs, _np(inv_temp, B),
         _np(top_k, B), _np(top_p, B), _np(min_p, B), _np(seed, B), _np(offset, B), int(max_k),
-        _np(forced_num_accepted))
+        _np(forced_num_accepted), method=method, want_rates=want_rates)
     dev = target.device
-    return (torch.from_numpy(tok).to(dev), torch.from_numpy(nacc).to(dev),
-            torch.from_numpy(valid).to(dev))
+    return tuple(torch.from_numpy(t).to(dev) for t in out)
 
 
 def sampling_probs(logits, inv_temp, top_k, top_p, min_p):

@@ -1,0 +1,79 @@
+// Scalar float64 loops: the block residual must be formed in float64 (a float32 rho * p would
+// move the law by 2^-24), and the compiler vectorises what it can of them.
+#include "verify/block_rows.h"
+
+#include <algorithm>
+
+#include "core/float_bits.h"
+#include "draw/draw.h"
+#include "simd/passes.h"
+
+namespace specops {
+namespace {
+
+inline uint64_t dweight(float px, float qx, double rho) {
+  const double a = rho * double(px), b = double(qx);
+  // a <= 1, so d * 2^60 <= 2^60 converts exactly to int64
+  return a > b ? uint64_t(int64_t((a - (b > 0.0 ? b : 0.0)) * 0x1p60)) : 0;
+}
+
+inline uint64_t pweight(float px, double rho) {
+  const double a = rho * double(px);
+  return a > 0.0 ? uint64_t(int64_t(a * 0x1p60)) : 0;
+}
+
+}  // namespace
+
+uint64_t block_mass(const float* p, const float* q, int64_t y, double rho, int64_t V,
+                    uint64_t* block_sums) {
+  uint64_t S = 0;
+  for (int64_t b0 = 0; b0 < V; b0 += kDrawBlock) {
+    const int64_t b1 = std::min(V, b0 + kDrawBlock);
+    uint64_t s = 0;
+    if (q) {
+      for (int64_t i = b0; i < b1; ++i) s += dweight(p[i], q[i], rho);
+    } else {
+      for (int64_t i = b0; i < b1; ++i) s += pweight(p[i], rho);
+      if (y >= b0 && y < b1) s -= pweight(p[y], rho);  // q = 1 at y: rho * p(y) <= 1 gives 0
+    }
+    if (block_sums) block_sums[b0 / kDrawBlock] = s;
+    S += s;
+  }
+  return S;
+}
+
+int64_t block_draw(const float* p, const float* q, int64_t y, double rho, int64_t V, uint64_t U,
+                   Work& w) {
+  if (V <= 0) return -1;
+  const int64_t nb = (V + kDrawBlock - 1) / kDrawBlock;
+  if (int64_t(w.bsum.size()) < nb) w.bsum.resize(size_t(nb));
+  uint64_t* bs = w.bsum.data();
+  const uint64_t S = block_mass(p, q, y, rho, V, bs);
+  if (S == 0) return draw(p, nullptr, -1, V, U, w);  // no residual mass: p
+  const uint64_t t = uint64_t((static_cast<unsigned __int128>(U) * S) >> 64);
+  uint64_t cum = 0;
+  for (int64_t k = 0; k < nb; ++k) {
+    if (cum + bs[k] > t) {
+      const int64_t b1 = std::min(V, (k + 1) * kDrawBlock);
+      for (int64_t i = k * kDrawBlock; i < b1; ++i) {
+        cum += q ? dweight(p[i], q[i], rho) : (i == y ? 0 : pweight(p[i], rho));
+        if (cum > t) return i;
+      }
+      return -1;
+    }
+    cum += bs[k];
+  }
+  return -1;
+}
+
+float accept_rate(const float* p, const float* q, int64_t V) {
+  uint64_t S = 0;
+  for (int64_t i = 0; i < V; ++i) {
+    const float qi = q[i] > 0.0f ? q[i] : 0.0f;  // NaN and negatives count 0
+    const float m = p[i] < qi ? p[i] : qi;
+    S += uint64_t(f2i64(m * kWScaleF));
+  }
+  return float(double(int64_t(S)) * 0x1p-60);
+}
+
+}  // namespace specops
