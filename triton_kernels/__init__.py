@@ -2,8 +2,9 @@
 ``triton_kernels``: that import name belongs to another package).
 
 One op per module, each with its ``@triton.jit`` kernel ``_<op>_kernel`` and its launcher:
-``sampling_probs`` (the transform) and ``verify`` (the one verification walk, with its forced
-mode, run as the vocabulary-split pipeline of ``split.py`` or one program per request).  The
+``sampling_probs`` (the transform), ``verify`` (the one verification walk, with its forced
+mode, run as the vocabulary-split pipeline of ``split.py`` or one program per request),
+``verify_block`` (block verification) and ``accept_rates`` (beta per position read).  The
 launchers take the canonical arguments of ``specops.backends`` and run on the
 tensors' device (CUDA, or CPU under ``TRITON_INTERPRET=1``).
 """
@@ -11,5 +12,8 @@ from ._launch import INTERPRETED
 from .sampling_probs import sampling_probs
 from .split import filters_on
 from .verify import verify
+from .verify_block import verify_block
+from .accept_rates import accept_rates
 
-__all__ = ["sampling_probs", "verify", "filters_on", "INTERPRETED"]
+__all__ = ["sampling_probs", "verify", "verify_block", "accept_rates", "filters_on",
+           "INTERPRETED"]

@@ -99,17 +99,24 @@ def _rows(t):
 
 def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start, num_draft,
            draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k,
-           forced_num_accepted=None):
+           forced_num_accepted=None, method="token", want_rates=False):
     _check_device(target)
     B, dev = num_draft.shape[0], target.device
-    has_topk, has_topp = _K.filters_on(top_k, top_p)
-    return _K.verify(_rows(target), bool(target_is_probs), _i64(target_row_start),
-                     _i64(draft_ids.reshape(-1)), _i64(draft_row_start), _i64(num_draft),
-                     _rows(draft), bool(draft_is_probs), _f32(inv_temp, B, dev),
-                     _i64(top_k, B, dev), _f32(top_p, B, dev), _f32(min_p, B, dev),
-                     _i64(seed, B, dev), _i64(offset, B, dev), int(max_k),
-                     None if forced_num_accepted is None else _i64(forced_num_accepted),
-                     has_topk, has_topp)
+    rows = (_rows(target), bool(target_is_probs), _i64(target_row_start),
+            _i64(draft_ids.reshape(-1)), _i64(draft_row_start), _i64(num_draft), _rows(draft),
+            bool(draft_is_probs), _f32(inv_temp, B, dev), _i64(top_k, B, dev),
+            _f32(top_p, B, dev), _f32(min_p, B, dev))
+    stream = (_i64(seed, B, dev), _i64(offset, B, dev), int(max_k))
+    if method == "block":
+        out = _K.verify_block(*rows, *stream)
+    else:
+        has_topk, has_topp = _K.filters_on(top_k, top_p)
+        out = _K.verify(*rows, *stream,
+                        None if forced_num_accepted is None else _i64(forced_num_accepted),
+                        has_topk, has_topp)
+    if not want_rates:
+        return out
+    return (*out, _K.accept_rates(*rows, int(max_k), out[1], method == "block"))
 
 
 def sampling_probs(logits, inv_temp, top_k, top_p, min_p):
