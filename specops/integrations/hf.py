@@ -40,7 +40,8 @@ num_draft_tokens, temperature, top_k, top_p, min_p, seed, eos_token_id, pad_toke
     new tokens, then pad_token_id), num_new_tokens [B], stats)`` with stats: target_calls and
     draft_calls (forward passes, prefill included), steps, accepted_per_position (how often
     draft position j was accepted), accept_length_hist (histogram of accepted drafts per
-    request-step), proposed (draft tokens proposed) and accepted (draft tokens accepted).
+    request-step), proposed (draft tokens proposed), accepted (draft tokens accepted) and
+    num_draft_tokens (K of each step: fixed, or chosen by the planner with "auto").
 """
 from __future__ import annotations
 
@@ -52,6 +53,38 @@ import torch
 import specops
 
 __all__ = ["speculative_sampling", "generate", "GenerateOutput"]
+
+
+class _RatePlanner:
+    """Running per-position acceptance rates -> K for the next step.  A position's estimate
+    is the mean of every beta the verifier returned for it (a prior of one observation at
+    ``PRIOR``); a position never read yet borrows the estimate of the last one read."""
+
+    PRIOR = 0.8
+
+    def __init__(self, kmax: int, draft_cost: float):
+        self.kmax, self.draft_cost = kmax, draft_cost
+        self.total = torch.full((kmax,), self.PRIOR, dtype=torch.float64)
+        self.count = torch.ones(kmax, dtype=torch.float64)
+        self.seen = torch.zeros(kmax, dtype=torch.bool)
+
+    def rates(self) -> torch.Tensor:
+        est = self.total / self.count
+        for j in range(1, self.kmax):
+            if not self.seen[j] and self.seen[j - 1]:
+                est[j] = est[j - 1]
+        return est
+
+    def choose(self) -> int:
+        return max(1, specops.best_num_draft_tokens(self.rates(), self.draft_cost, self.kmax))
+
+    def update(self, accept_rates: torch.Tensor):
+        r = accept_rates.detach().to("cpu", torch.float64)
+        k = r.shape[1]
+        ok = torch.isfinite(r)
+        self.total[:k] += torch.where(ok, r, 0.0).sum(0)
+        self.count[:k] += ok.sum(0)
+        self.seen[:k] |= ok.any(0)
 
 
 # ----------------------------------------------------------------------------- drop-in
@@ -123,22 +156,44 @@ def _new_cache(model):
 @torch.no_grad()
 def generate(target_model, draft_model, input_ids: torch.Tensor,
              attention_mask: Optional[torch.Tensor] = None, *, max_new_tokens: int,
-             num_draft_tokens: int = 4, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
-             seed: Union[None, int, Sequence[int], torch.Tensor] = None,
+             num_draft_tokens: Union[int, str] = 4, temperature=1.0, top_k=0, top_p=1.0,
+             min_p=0.0, seed: Union[None, int, Sequence[int], torch.Tensor] = None,
              eos_token_id: Union[None, int, Sequence[int]] = None,
-             pad_token_id: Optional[int] = None, backend: str = "auto") -> GenerateOutput:
+             pad_token_id: Optional[int] = None, method: str = "token",
+             max_num_draft_tokens: int = 8, draft_cost: Optional[float] = None,
+             backend: str = "auto") -> GenerateOutput:
     """Batched speculative decoding for Hugging Face causal LMs (see the module docstring).
 
     ``input_ids`` [B, L] (left-padded where the prompts differ in length, with
     ``attention_mask`` [B, L] marking real tokens); ``temperature`` (0 = greedy), ``top_k``,
     ``top_p``, ``min_p``: scalars or per-request sequences/tensors.  ``eos_token_id``
-    defaults to the target's ``generation_config.eos_token_id``.
+    defaults to the target's ``generation_config.eos_token_id``.  ``method``: the verifier's
+    ("token" or "block", see ``verify_block``).
+
+    ``num_draft_tokens="auto"`` chooses K each step with ``specops.best_num_draft_tokens``
+    from a running estimate of the per-position acceptance rates (the verifier's
+    ``accept_rates``, averaged over every request-step that read the position), between 1
+    and ``max_num_draft_tokens``, with ``draft_cost`` the cost of one draft step in target
+    calls (default: the ratio of the models' parameter counts; a number keeps runs
+    reproducible, unlike a measured time).
     """
     if input_ids.dim() != 2 or input_ids.shape[1] < 1:
         raise ValueError(f"input_ids must be [B, L] with L >= 1, got {tuple(input_ids.shape)}")
-    gamma = int(num_draft_tokens)
-    if gamma < 1:
-        raise ValueError("num_draft_tokens must be >= 1")
+    if method not in ("token", "block"):
+        raise ValueError(f"method must be 'token' or 'block', got {method!r}")
+    auto = isinstance(num_draft_tokens, str)
+    if auto and num_draft_tokens != "auto":
+        raise ValueError(f"num_draft_tokens must be an int >= 1 or 'auto', got "
+                         f"{num_draft_tokens!r}")
+    gamma_max = int(max_num_draft_tokens) if auto else int(num_draft_tokens)
+    if gamma_max < 1:
+        raise ValueError("num_draft_tokens (and max_num_draft_tokens with 'auto') must be >= 1")
+    if auto:
+        if draft_cost is None:
+            draft_cost = (sum(p.numel() for p in draft_model.parameters())
+                          / max(1, sum(p.numel() for p in target_model.parameters())))
+        planner = _RatePlanner(gamma_max, float(draft_cost))
+    gamma = gamma_max
     if max_new_tokens < 0:
         raise ValueError("max_new_tokens must be >= 0")
     device = input_ids.device
@@ -175,7 +230,8 @@ def generate(target_model, draft_model, input_ids: torch.Tensor,
     steps_done = torch.zeros(B, dtype=torch.int64)
 
     stats = dict(target_calls=0, draft_calls=0, steps=0, proposed=0, accepted=0,
-                 accepted_per_position=[0] * gamma, accept_length_hist=[0] * (gamma + 1))
+                 accepted_per_position=[0] * gamma, accept_length_hist=[0] * (gamma + 1),
+                 num_draft_tokens=[])
     new_tokens = [[] for _ in range(B)]
     if max_new_tokens == 0:
         return GenerateOutput(input_ids.clone(), torch.zeros(B, dtype=torch.long), stats)
@@ -200,6 +256,9 @@ def generate(target_model, draft_model, input_ids: torch.Tensor,
         Ba = len(active)
         rows = torch.tensor(active, dtype=torch.long)
         t_a, k_a, p_a, m_a = temp[rows], tk[rows], tp[rows], mp[rows]
+        if auto:
+            gamma = planner.choose()
+        stats["num_draft_tokens"].append(gamma)
         # ---- draft proposes γ tokens
         d_ids = torch.empty(Ba, gamma, dtype=torch.long, device=device)
         d_probs = torch.empty(Ba, gamma, V, dtype=torch.float32, device=device)
@@ -231,7 +290,9 @@ def generate(target_model, draft_model, input_ids: torch.Tensor,
         out = specops.verify_block(
             t_logits, d_ids, None if bool(greedy.all()) else d_probs, temperature=t_a,
             top_k=k_a, top_p=p_a, min_p=m_a, seed=seeds[rows], offset=steps_done[rows],
-            backend=backend)
+            method=method, return_accept_rates=auto, backend=backend)
+        if auto:
+            planner.update(out.accept_rates)
         steps_done[rows] += 1
         nacc = out.num_accepted.to(torch.long).tolist()
         toks = out.token_ids.tolist()

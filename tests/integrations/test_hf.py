@@ -275,3 +275,50 @@ def test_one_token_prompts(models):
         out = specops.generate(target, draft, ids, max_new_tokens=10, num_draft_tokens=2,
                                temperature=0.0, eos_token_id=[])
         assert torch.equal(out.sequences[:, 1:], hf_greedy(target, ids, None, 10))
+
+
+# ----------------------------------------------------------------------------- block, auto K
+@pytest.mark.parametrize("method,k", [("block", 3), ("token", "auto"), ("block", "auto")])
+def test_greedy_block_and_auto_equal_target_greedy(models, method, k):
+    target, close, _ = models
+    ids, mask = prompts()
+    out = specops.generate(target, close, ids, mask, max_new_tokens=20, num_draft_tokens=k,
+                           temperature=0.0, eos_token_id=[], method=method,
+                           max_num_draft_tokens=6, draft_cost=0.05)
+    assert torch.equal(out.sequences[:, ids.shape[1]:], hf_greedy(target, ids, mask, 20))
+    ks = out.stats["num_draft_tokens"]
+    assert len(ks) == out.stats["steps"] and all(1 <= x <= 6 for x in ks)
+
+
+def test_auto_draft_length_follows_the_rates(models):
+    """A copy of the target is always accepted: the planner goes to the longest K; an
+    unrelated draft at a high draft cost is kept short.  Seeded runs repeat exactly."""
+    target, close, small = models
+    ids, mask = prompts()
+    kw = dict(max_new_tokens=24, num_draft_tokens="auto", max_num_draft_tokens=6,
+              eos_token_id=[], seed=[1, 2, 3])
+    same = specops.generate(target, target, ids, mask, draft_cost=0.05, **kw)
+    assert same.stats["num_draft_tokens"][-1] == 6
+    far = specops.generate(target, small, ids, mask, draft_cost=0.6, **kw)
+    assert max(far.stats["num_draft_tokens"][2:]) < 6
+    again = specops.generate(target, small, ids, mask, draft_cost=0.6, **kw)
+    assert torch.equal(again.sequences, far.sequences)
+    with pytest.raises(ValueError, match="num_draft_tokens"):
+        specops.generate(target, small, ids, mask, max_new_tokens=2, num_draft_tokens="best")
+    with pytest.raises(ValueError, match="method"):
+        specops.generate(target, small, ids, mask, max_new_tokens=2, method="tree")
+
+
+def test_block_sampled_first_tokens_match_target_law(models):
+    target, _, small = models
+    n = 3000
+    prompt = torch.tensor([[5, 17, 33, 9]])
+    setting = dict(temperature=0.9, top_p=0.95)
+    out = specops.generate(target, small, prompt.repeat(n, 1), max_new_tokens=2,
+                           num_draft_tokens=3, seed=4321, eos_token_id=[], method="block",
+                           **setting)
+    first = out.sequences[:, 4].numpy()
+    with torch.no_grad():
+        logits = target(prompt).logits[0, -1:].float()
+    p = specops.sampling_probs(logits, **setting)[0][0].double().numpy()
+    assert chi2_pvalue(np.bincount(first, minlength=V), p) > ALPHA
