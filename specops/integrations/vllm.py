@@ -90,13 +90,24 @@ class SpecopsRejectionSampler(VllmRejectionSampler):
     """vLLM V1 ``RejectionSampler`` whose verification is ``specops.verify_block``.
 
     Same constructor as vLLM's (``sampler``, ``spec_config``, ``device``) plus keyword-only
-    ``backend`` (specops backend, default "auto") and ``check_layout`` (check vLLM's row
-    indices on every step even on a GPU; default: only when they are on the CPU).
+    ``backend`` (specops backend, default "auto"), ``check_layout`` (check vLLM's row
+    indices on every step even on a GPU; default: only when they are on the CPU) and
+    ``method`` ("token" or "block", ``specops.verify_block``'s; default: the environment's
+    ``SPECOPS_VLLM_METHOD``, else "block" when vLLM was configured with
+    ``rejection_sample_method="block"``, else "token").
     """
 
     def __init__(self, sampler, spec_config=None, device=None, *, backend: str = "auto",
-                 check_layout: bool | None = None):
+                 check_layout: bool | None = None, method: str | None = None):
         super().__init__(sampler, spec_config, device)
+        if method is None:
+            method = os.environ.get("SPECOPS_VLLM_METHOD", "").strip().lower() or (
+                "block" if getattr(spec_config, "rejection_sample_method", None) == "block"
+                else "token")
+        if method not in ("token", "block"):
+            raise ValueError(f"specops' rejection sampler: method (or SPECOPS_VLLM_METHOD) "
+                             f"must be 'token' or 'block', got {method!r}")
+        self.specops_method = method
         if self.synthetic_mode:
             raise NotImplementedError(
                 "specops' rejection sampler does not implement vLLM's synthetic acceptance "
@@ -247,7 +258,8 @@ class SpecopsRejectionSampler(VllmRejectionSampler):
             std_logits, metadata.draft_token_ids, draft_probs,
             cu_num_draft_tokens=metadata.cu_num_draft_tokens, temperature=temperature,
             top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
-            offset=None if seed is None else 0, backend=self.specops_backend)
+            offset=None if seed is None else 0, method=self.specops_method,
+            backend=self.specops_backend)
         self.last_valid = out.valid
         token_ids = out.token_ids
         width = metadata.max_spec_len + 1

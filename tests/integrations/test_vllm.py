@@ -450,3 +450,47 @@ def test_register_patches_vllm_and_unregister_restores():
     finally:
         sv.unregister()
     assert vrs.RejectionSampler is VllmRS
+
+
+# ----------------------------------------------------------------------------- block verification
+def test_method_from_env_and_spec_config(monkeypatch):
+    from types import SimpleNamespace
+    assert ours().specops_method == "token"
+    block_cfg = SimpleNamespace(rejection_sample_method="block")
+    assert ours(spec_config=block_cfg).specops_method == "block"     # vLLM's own setting
+    monkeypatch.setenv("SPECOPS_VLLM_METHOD", "block")
+    assert ours().specops_method == "block"
+    monkeypatch.setenv("SPECOPS_VLLM_METHOD", "token")
+    assert ours(spec_config=block_cfg).specops_method == "token"     # the environment wins
+    monkeypatch.setenv("SPECOPS_VLLM_METHOD", "tree")
+    with pytest.raises(ValueError, match="SPECOPS_VLLM_METHOD"):
+        ours()
+
+
+def _block_stat_case(n, lie_about_q):
+    """n identical requests (K = 3, V = 6) through the drop-in with method="block": the
+    first token must follow p_0 and num_accepted the enumerated block law."""
+    V, K = 6, 3
+    g = torch.Generator().manual_seed(8)
+    rows = torch.randn(K + 1, V, generator=g) * 1.5
+    q = torch.softmax(torch.randn(K, V, generator=g) * 2.0, -1)
+    drafts = torch.stack([torch.multinomial(q[j], n, replacement=True, generator=g)
+                          for j in range(K)], 1)
+    claimed = torch.full((K, V), 1.0 / V) if lie_about_q else q
+    sm = make_sm(temperature=torch.full((n,), 0.9))
+    torch.manual_seed(9)
+    out = ours(method="block")(make_md(drafts.tolist()), claimed.repeat(n, 1).contiguous(),
+                               rows.repeat(n, 1), sm).sampled_token_ids.numpy()
+    p = specops.sampling_probs(rows, temperature=0.9)[0].numpy()
+    nacc = (out != PLACEHOLDER_TOKEN_ID).sum(1) - 1
+    law = ref.exact_output_law(p, q.numpy(), K, V, method="block")["length_law"]
+    return {"position 0": chi2_pvalue(np.bincount(out[:, 0], minlength=V),
+                                      p[0].astype(np.float64)),
+            "length": chi2_pvalue(np.bincount(nacc, minlength=K + 1), law)}
+
+
+def test_block_method_statistics_and_negative_control():
+    pv = _block_stat_case(20000, False)
+    assert min(pv.values()) > ALPHA, pv
+    bad = _block_stat_case(20000, True)
+    assert min(bad.values()) < ALPHA, bad
