@@ -14,6 +14,7 @@ struct Work {
   std::vector<int32_t> hcnt;               // top-k count histogram
   std::vector<uint64_t> bsum;              // draw block sums
   std::vector<double> rho;                 // block verification's running weights
+  std::vector<std::vector<float>> block_t, block_d;  // block verification: a row per position
 };
 
 // v.data() with room for n floats plus kSimdSlack (vector stores past the end).

@@ -17,6 +17,8 @@
 #elif SPECOPS_ISA == 1
 #include "simd/vec_sse2.h"
 #elif SPECOPS_ISA == 2
+#include <immintrin.h>
+
 #include "simd/vec_avx2.h"
 #endif
 
@@ -346,11 +348,53 @@ uint64_t weights(const float* p, const float* q, float* r, int64_t V, uint64_t* 
   return q ? weights_t<true>(p, q, r, V, bsum, bad) : weights_t<false>(p, nullptr, r, V, bsum, bad);
 }
 
+// ------------------------------------------------------------------ block verification mass
+// D = trunc(d * 2^60), d = rho * p - max(q, 0) where rho * p > q else 0, all in float64
+// (q == nullptr: q = 0).  d <= 1, so d * 2^30 = hi + fr with hi = trunc < 2^31 and the
+// fraction fr exact, and D = hi * 2^30 + trunc(fr * 2^30): two int32 digits per lane.
+inline uint64_t block_weight(float p, const float* q, int64_t i, double rho) {
+  const double a = rho * double(p), b = q ? double(q[i]) : 0.0;
+  return a > b ? uint64_t(int64_t((a - (b > 0.0 ? b : 0.0)) * 0x1p60)) : 0;
+}
+
+uint64_t block_mass(const float* p, const float* q, double rho, int64_t V, uint64_t* bsum) {
+  uint64_t total = 0;
+  for (int64_t b0 = 0, k = 0; b0 < V; b0 += kDrawBlock, ++k) {
+    const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
+    int64_t i = b0;
+    uint64_t s = 0;
+#if SPECOPS_ISA == 2
+    const __m256d vrho = _mm256_set1_pd(rho), zero = _mm256_setzero_pd();
+    const __m256d s30 = _mm256_set1_pd(0x1p30);
+    __m256i hi = _mm256_setzero_si256(), lo = hi;
+    for (; i + 4 <= b1; i += 4) {
+      const __m256d a = _mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(p + i)), vrho);
+      const __m256d b = q ? _mm256_cvtps_pd(_mm_loadu_ps(q + i)) : zero;
+      const __m256d gt = _mm256_cmp_pd(a, b, _CMP_GT_OQ);  // NaN: false
+      const __m256d d = _mm256_and_pd(gt, _mm256_sub_pd(a, _mm256_max_pd(b, zero)));
+      const __m256d y = _mm256_mul_pd(d, s30);
+      const __m128i h = _mm256_cvttpd_epi32(y);
+      const __m128i l = _mm256_cvttpd_epi32(_mm256_mul_pd(_mm256_sub_pd(y, _mm256_cvtepi32_pd(h)), s30));
+      hi = _mm256_add_epi64(hi, _mm256_cvtepi32_epi64(h));
+      lo = _mm256_add_epi64(lo, _mm256_cvtepi32_epi64(l));
+    }
+    alignas(32) uint64_t lh[4], ll[4];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(lh), hi);
+    _mm256_store_si256(reinterpret_cast<__m256i*>(ll), lo);
+    for (int t = 0; t < 4; ++t) s += (lh[t] << 30) + ll[t];
+#endif
+    for (; i < b1; ++i) s += block_weight(p[i], q, i, rho);
+    if (bsum) bsum[k] = s;
+    total += s;
+  }
+  return total;
+}
+
 }  // namespace
 
 extern const Passes SPECOPS_PASSES_TABLE = {
-    SPECOPS_PASSES_NAME, &scale_max,  &exp_pass,  &masked_mass, &materialize,
-    &gather_ge,          &gather_key, &band_pass, &weights,
+    SPECOPS_PASSES_NAME, &scale_max,  &exp_pass,   &masked_mass, &materialize,
+    &gather_ge,          &gather_key, &band_pass,  &weights,     &block_mass,
 };
 
 }  // namespace specops

@@ -53,6 +53,10 @@ struct Passes {
   // block_sums; *bad when some r is outside [0, 1]; returns the total
   uint64_t (*weights)(const float* p, const float* q, float* r, int64_t V,
                       uint64_t* block_sums, bool* bad);
+  // block verification (reference section 9): sum of trunc(d * 2^60), d = rho * p - max(q, 0)
+  // where rho * p > q else 0, in float64 (q null: 0); per kDrawBlock into block_sums if given
+  uint64_t (*block_mass)(const float* p, const float* q, double rho, int64_t V,
+                         uint64_t* block_sums);
 };
 
 // Levels, lowest first.  The tables a build contains (see isa.cpp).

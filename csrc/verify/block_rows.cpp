@@ -1,5 +1,5 @@
-// Scalar float64 loops: the block residual must be formed in float64 (a float32 rho * p would
-// move the law by 2^-24), and the compiler vectorises what it can of them.
+// The block residual is formed in float64 (a float32 rho * p would move the law by 2^-24); its
+// mass runs as the active ISA's pass (simd/passes.cpp), the draw's scan of one block here.
 #include "verify/block_rows.h"
 
 #include <algorithm>
@@ -26,18 +26,11 @@ inline uint64_t pweight(float px, double rho) {
 
 uint64_t block_mass(const float* p, const float* q, int64_t y, double rho, int64_t V,
                     uint64_t* block_sums) {
-  uint64_t S = 0;
-  for (int64_t b0 = 0; b0 < V; b0 += kDrawBlock) {
-    const int64_t b1 = std::min(V, b0 + kDrawBlock);
-    uint64_t s = 0;
-    if (q) {
-      for (int64_t i = b0; i < b1; ++i) s += dweight(p[i], q[i], rho);
-    } else {
-      for (int64_t i = b0; i < b1; ++i) s += pweight(p[i], rho);
-      if (y >= b0 && y < b1) s -= pweight(p[y], rho);  // q = 1 at y: rho * p(y) <= 1 gives 0
-    }
-    if (block_sums) block_sums[b0 / kDrawBlock] = s;
-    S += s;
+  uint64_t S = passes().block_mass(p, q, rho, V, block_sums);
+  if (!q && y >= 0 && y < V) {  // point mass at y: rho * p(y) <= 1 = q(y) gives 0 there
+    const uint64_t wy = pweight(p[y], rho);
+    S -= wy;
+    if (block_sums) block_sums[y / kDrawBlock] -= wy;
   }
   return S;
 }

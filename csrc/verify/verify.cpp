@@ -13,6 +13,7 @@
 #include <algorithm>
 #include <cmath>
 #include <limits>
+#include <vector>
 
 #include "core/parallel.h"
 #include "core/philox.h"
@@ -92,6 +93,14 @@ class Walk {
 
   int64_t draft_id(int64_t j) const { return a_.draft_ids[r_.d0 + j]; }
 
+  // Where row j is transformed: the one scratch row, or in block mode a row per position (the
+  // draw at tau reuses row tau instead of transforming it again).
+  float* row_buf(std::vector<float>& one, std::vector<std::vector<float>>& per_pos, int64_t j) {
+    if (!block_rows_) return grow(one, r_.V);
+    if (int64_t(per_pos.size()) <= j) per_pos.resize(size_t(j + 1));
+    return grow(per_pos[size_t(j)], r_.V);
+  }
+
   // The full target row p_j: checked in full (and transformed, or its argmax for greedy
   // requests); false if it is invalid.
   bool target_p(Position& pos) {
@@ -108,7 +117,7 @@ class Walk {
         ok = probs_row_valid(pos.tprob, r_.V);
       } else {
         ok = transform_row(a_.target, row, r_.inv_t, r_.top_k, r_.top_p, r_.min_p,
-                           grow(w_.et, r_.V), w_, pos.P);
+                           row_buf(w_.et, w_.block_t, pos.j), w_, pos.P);
       }
       pos.target = ok ? State::kValid : State::kInvalid;
     }
@@ -130,7 +139,7 @@ class Walk {
       pos.dprob = f32_row(a_.draft, row);
       pos.q_y = pos.dprob[pos.y];
     } else if (transform_row(a_.draft, row, r_.inv_t, r_.top_k, r_.top_p, r_.min_p,
-                             grow(w_.ed, r_.V), w_, pos.Q)) {
+                             row_buf(w_.ed, w_.block_d, pos.j), w_, pos.Q)) {
       pos.q_y = pos.Q(pos.y);
     } else {
       pos.q_nan = true;
@@ -184,12 +193,17 @@ class Walk {
     rho[0] = 1.0;
     int64_t tau = 0, e = kb;
     bool end_ok = true;
+    block_rows_ = true;
+    std::vector<Position>& kept = positions_;
+    kept.clear();
+    kept.reserve(size_t(kb + 1));
     for (int64_t j = 0; j <= kb; ++j) {
       if (!r_.target_row_ok(j)) {
         e = j, end_ok = false;
         break;
       }
-      Position pos(*this, j);
+      kept.emplace_back(*this, j);
+      Position& pos = kept.back();
       if (!target_p(pos)) {
         e = j, end_ok = false;
         break;
@@ -212,9 +226,8 @@ class Walk {
     if (e >= 1 && accept_uniform(r_.seed, r_.offset, uint64_t(e - 1)) < rho[e]) tau = e;
     for (int64_t j = 0; j < tau; ++j) out_[j] = int32_t(draft_id(j));
     if (tau == e && !end_ok) return finish(e, -1);
-    Position pos(*this, tau);  // the row is read again: a per-request buffer of K rows is not kept
+    Position& pos = kept[size_t(tau)];  // transformed in the scan, in its own buffers
     if (tau == e) return finish(e, bonus_draw(pos));
-    if (!target_p(pos)) return finish(tau, -1);
     const float* p = p_row(pos);
     const float* q = q_row(pos);
     finish(tau, block_draw(p, q, pos.y, rho[tau], r_.V,
@@ -255,6 +268,8 @@ class Walk {
   int32_t* out_;
   int64_t b_;
   float* rates_ = nullptr;
+  bool block_rows_ = false;          // rows go to per-position buffers (block mode)
+  std::vector<Position> positions_;  // block mode: every position read
 };
 
 }  // namespace
