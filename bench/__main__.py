@@ -111,6 +111,42 @@ def run_config(B, K, V, setting_name, reps, with_hf=False, with_ref=False, noise
     return res
 
 
+def run_methods(B, K, V, setting_name, reps, noise=DRAFT_NOISE):
+    """Token-wise, block verification and token-wise with accept_rates on the same inputs,
+    beside the floor (block reads every row: its floor is the same full read)."""
+    setting = SETTINGS[setting_name]
+    g = torch.Generator().manual_seed(1)
+    target, draft_logits = make_inputs(B, K, V, noise=noise)
+    q, ids = draft_side(draft_logits, setting, g)
+    kw = dict(seed=torch.arange(B), offset=torch.zeros(B, dtype=torch.int64), **setting)
+    fns = {
+        "floor": lambda: peers.floor(target, q),
+        "token": lambda: specops.verify_block(target, ids, q, backend="cpu", **kw),
+        "block": lambda: specops.verify_block(target, ids, q, method="block", backend="cpu",
+                                              **kw),
+        "rates": lambda: specops.verify_block(target, ids, q, return_accept_rates=True,
+                                              backend="cpu", **kw),
+    }
+    res = timeit(fns, reps)
+    for m in ("token", "block"):
+        out = specops.verify_block(target, ids, q, method=m, backend="cpu", **kw)
+        res[f"accepted_{m}"] = float(out.num_accepted.float().mean())
+    return res
+
+
+METHODS_HEADER = ("| setting | B | K | V | floor ms | token ms | block ms | rates ms | token x floor "
+                  "| block x floor | rates x floor | block / token | accepted token | accepted "
+                  "block |\n|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+
+
+def fmt_methods(name, B, K, V, r):
+    f = r["floor"]
+    return (f"| {name} | {B} | {K} | {V} | {f * 1e3:.2f} | {r['token'] * 1e3:.2f} | "
+            f"{r['block'] * 1e3:.2f} | {r['rates'] * 1e3:.2f} | {r['token'] / f:.2f} | "
+            f"{r['block'] / f:.2f} | {r['rates'] / f:.2f} | {r['block'] / r['token']:.2f} | "
+            f"{r['accepted_token']:.2f} | {r['accepted_block']:.2f} |")
+
+
 def fmt_row(name, B, K, V, res):
     f = res["floor"]
     s = res["specops"]
@@ -344,6 +380,30 @@ def main(argv=None):
                 sweep_b.append((B, res))
             if name == "t0.8" and (B, V) == (32, 128256):
                 sweep_k.append((K, res))
+    emit()
+    emit("## Block verification and acceptance rates (reference sections 9-10)")
+    emit()
+    emit("`block`: `method=\"block\"` (reads every row of the block, no early exit); `rates`: "
+         "token-wise with `return_accept_rates=True` (the whole draft row at every position "
+         "read).  Same inputs as above: draft = target + noise, drafts sampled from q.")
+    emit()
+    emit(METHODS_HEADER)
+    mshapes = [(32, 4, 128256), (32, 4, 32000), (8, 4, 128256), (32, 8, 32000)]
+    if args.quick:
+        mshapes = [(32, 4, 128256), (32, 4, 32000)]
+    block_main = None
+    for B, K, V in mshapes:
+        for name in ("greedy", "t0.8", "t0.8+top_p0.95") if (B, K, V) == (32, 4, 128256) \
+                else ("t0.8",):
+            r = run_methods(B, K, V, name, max(5, reps - 2))
+            emit(fmt_methods(name, B, K, V, r))
+            if (B, K, V, name) == (32, 4, 128256, "t0.8"):
+                block_main = r
+    if block_main is not None:
+        xf = block_main["block"] / block_main["floor"]
+        emit()
+        emit(f"Target (issue 11): block at B=32, K=4, V=128256, t0.8 <= 3x the floor: "
+             f"{xf:.2f}x: {'met' if xf <= 3.0 else 'NOT met'}.")
     emit()
     emit("## Latency case: B=1, K=4, V=32000, t0.8 (whole call vs its parts)")
     emit()

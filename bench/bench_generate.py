@@ -1,5 +1,7 @@
 """Tokens/s of ``specops.generate`` (batched speculative decoding) vs the target's plain
-Hugging Face ``generate`` on the CPU, at batch 1 and 8.
+Hugging Face ``generate`` on the CPU, at batch 1 and 8; then fixed draft lengths against
+``num_draft_tokens="auto"`` (the planner on the verifier's acceptance rates), token-wise
+and block verification.
 
 Models are built here with random weights (no downloads): the target is a Llama with
 ``--target-layers`` layers; the draft is the target truncated to its first ``--draft-layers``
@@ -102,6 +104,31 @@ def run(args, target, draft, batch, temperature):
                 per_pos=stats["accepted_per_position"], same=same)
 
 
+@torch.no_grad()
+def run_variant(args, target, draft, batch, temperature, k, method, draft_cost):
+    """specops.generate with a fixed K or "auto", token-wise or block: best tok/s of the
+    repeats, tokens per request-step (one target call serves every active request) and the
+    K the planner chose."""
+    g = torch.Generator().manual_seed(batch)
+    ids = torch.randint(3, args.vocab, (batch, args.prompt_len), generator=g)
+    mask = torch.ones_like(ids)
+    kw = dict(max_new_tokens=args.max_new_tokens, num_draft_tokens=k, temperature=temperature,
+              seed=1, eos_token_id=[], method=method, max_num_draft_tokens=args.max_auto,
+              draft_cost=draft_cost)
+    specops.generate(target, draft, ids, mask, **dict(kw, max_new_tokens=2))
+    best, out = float("inf"), None
+    for _ in range(args.repeats):
+        t0 = time.perf_counter()
+        out = specops.generate(target, draft, ids, mask, **kw)
+        best = min(best, time.perf_counter() - t0)
+    st = out.stats
+    req_steps = sum(st["accept_length_hist"])
+    ks = st["num_draft_tokens"]
+    return dict(tps=batch * args.max_new_tokens / best,
+                per_step=batch * args.max_new_tokens / max(1, req_steps),
+                target_calls=st["target_calls"], mean_k=sum(ks) / max(1, len(ks)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8])
@@ -117,6 +144,10 @@ def main():
     ap.add_argument("--gamma", type=int, default=4)
     ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--fixed-k", type=int, nargs="+", default=[1, 2, 4, 6],
+                    help="fixed draft lengths compared with num_draft_tokens='auto'")
+    ap.add_argument("--max-auto", type=int, default=8, help="max_num_draft_tokens of 'auto'")
+    ap.add_argument("--compare-temperature", type=float, default=1.0)
     ap.add_argument("--out", default=None, help="write a markdown report here")
     args = ap.parse_args()
     if args.threads:
@@ -160,6 +191,21 @@ def main():
     lines += ["", "tok/s counts new tokens of all requests.  Target calls and draft calls are "
               "forward passes (prefill included) of the last run; accepted per position counts "
               "request-steps whose draft j was accepted."]
+    cost = d_ms / t_ms
+    lines += ["", f"## Fixed K vs num_draft_tokens=\"auto\", token-wise vs block "
+              f"(temperature {args.compare_temperature:g})", "",
+              f"`auto`: specops.best_num_draft_tokens on the running accept_rates each step, "
+              f"draft_cost = {cost:.3f} (the measured forward-time ratio above, passed as a "
+              f"number so that runs repeat), K in [1, {args.max_auto}].", "",
+              "| batch | K | method | tok/s | tokens per request-step | target calls | mean K |",
+              "|---|---|---|---|---|---|---|"]
+    for b in args.batches:
+        variants = [(k, "token") for k in args.fixed_k] + [("auto", "token"), (args.gamma, "block"),
+                                                           ("auto", "block")]
+        for k, method in variants:
+            r = run_variant(args, target, draft, b, args.compare_temperature, k, method, cost)
+            lines.append(f"| {b} | {k} | {method} | {r['tps']:.1f} | {r['per_step']:.2f} | "
+                         f"{r['target_calls']} | {r['mean_k']:.2f} |")
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

@@ -159,8 +159,16 @@ def exact_law_checks(model: lab.ToyModel, view: dict, K: int) -> (List[dict], di
         ok = True
         value = (f"{wrong['tv']:.3g} (no bias possible here: alpha = 1 or residual = p)")
     out.append(_check("wrong_fallback_biased", ok, value))
+    block = lab.exact_law(model, K, method="block")
+    out.append(_check("block_law_tv", block["tv"] <= EXACT_TOL, block["tv"]))
+    n = np.arange(K + 1)
+    e_tok, e_blk = float(n @ res["length_law"]), float(n @ block["length_law"])
+    out.append(_check("block_accepts_at_least_token_wise", e_blk >= e_tok - ALGEBRA_TOL,
+                      f"block {e_blk:.6f} vs token-wise {e_tok:.6f}"))
     info = {"K": K, "tv": res["tv"], "wrong_fallback_tv": wrong["tv"],
-            "length_law": res["length_law"].tolist(), "length_law_markov": ll.tolist()}
+            "length_law": res["length_law"].tolist(), "length_law_markov": ll.tolist(),
+            "block_tv": block["tv"], "block_length_law": block["length_law"].tolist(),
+            "expected_accepted_token": e_tok, "expected_accepted_block": e_blk}
     return out, info
 
 
@@ -502,6 +510,7 @@ def run_audit(knobs: Optional[lab.Knobs] = None, backend: str = "auto",
         main_backend = "reference"          # show the lab on the oracle; the failure stays
         t_checks, traces = trace_checks(model, backends, main_backend)
     seq = lab.sequence_view(model, main_backend, traces[main_backend])
+    seq["planner"] = lab.planner_view(model)
     checks.append(speed_formula_check(seq["alpha_mean"], knobs.cost))
     checks += t_checks
     speed_vals = [seq["toy_speedup"], seq["estimated_speedup"], *seq["curve"]["speedups"]]
@@ -633,6 +642,10 @@ def format_report(r: dict) -> str:
     L.append(f"  exact law (reference.exact_output_law, K = {e['K']} drafts): TV to the "
              f"target = {_n(e['tv'], '.1e')}; "
              f"wrong fallback TV = {_n(e['wrong_fallback_tv'], '.6f')}")
+    if "block_tv" in e:
+        L.append(f"  block verification (method=\"block\", K = {e['K']}): TV to the target = "
+                 f"{_n(e['block_tv'], '.1e')}; E[accepted] {_n(e['expected_accepted_block'], '.4f')}"
+                 f" vs token-wise {_n(e['expected_accepted_token'], '.4f')}")
     L.append("")
     L.append(f"Sequence of {s['length']} tokens on {s['backend']} (seed {k['seed']}, "
              f"offset = step):")
@@ -649,6 +662,12 @@ def format_report(r: dict) -> str:
     L.append("  expected speedup by gamma: " + "  ".join(
         f"{g}:{_n(v, '.2f')}" for g, v in zip(c["gammas"], c["speedups"])))
     L.append(f"  best gamma = {c['best_gamma']} ({_n(c['best_speedup'], '.3f')}x)")
+    pl = s.get("planner")
+    if pl:
+        L.append(f"  planner (specops.best_num_draft_tokens on the chain's per-position rates "
+                 f"{', '.join(_n(x, '.3f') for x in pl['rates'][:4])}, ...): K = "
+                 f"{pl['best_k']}, {_n(pl['expected_tokens'], '.3f')} tokens per step, "
+                 f"{_n(pl['speedup'], '.3f')}x")
     L.append("")
     L += article_lines(r)
     L.append("")

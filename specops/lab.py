@@ -254,10 +254,38 @@ def one_token_view(model: ToyModel, state: Optional[int] = None) -> dict:
 
 
 def exact_law(model: ToyModel, K: int, fallback: str = "residual",
-              start: Optional[int] = None) -> dict:
-    """``reference.exact_output_law`` for the model's chains from `start`, K drafts."""
+              start: Optional[int] = None, method: str = "token") -> dict:
+    """``reference.exact_output_law`` for the model's chains from `start`, K drafts, with
+    the token-wise walk or block verification."""
     return R.exact_output_law(model.target_fn(start), model.draft_fn(start), int(K), V,
-                              fallback=fallback)
+                              fallback=fallback, method=method)
+
+
+def position_rates(model: ToyModel, K: int, start: Optional[int] = None) -> np.ndarray:
+    """Per-position acceptance rates of the token-wise walk along the chain from `start`:
+    a_j = P(num_accepted > j | num_accepted >= j), from the alpha chain
+    (a_{n+1} = a_n M, M[s, y] = min(p_s, q_s)(y))."""
+    M = np.minimum(model.target.astype(np.float64), model.draft.astype(np.float64))
+    reach = np.zeros(V)
+    reach[model.start if start is None else start] = 1.0
+    rates = np.zeros(int(K))
+    for j in range(int(K)):
+        nxt = reach @ M
+        rates[j] = nxt.sum() / reach.sum() if reach.sum() > 0 else 0.0
+        reach = nxt
+    return rates
+
+
+def planner_view(model: ToyModel, kmax: int = max(GAMMAS)) -> dict:
+    """``specops.best_num_draft_tokens`` on the chain's per-position rates at the knobs'
+    draft cost, beside the constant-alpha curve's best gamma."""
+    from specops.planner import best_num_draft_tokens, expected_tokens
+    rates = position_rates(model, kmax)
+    k = best_num_draft_tokens(rates, float(model.knobs.cost), kmax)
+    e = expected_tokens(rates)
+    return {"rates": rates.tolist(), "best_k": int(k),
+            "expected_tokens": float(e[k]),
+            "speedup": float(e[k]) / (k * float(model.knobs.cost) + 1.0)}
 
 
 # ----------------------------------------------------------------------------- speed

@@ -260,3 +260,22 @@ def test_verify_probs_shapes():
         target_probs=torch.from_numpy(tp[None]), draft_token_ids=torch.from_numpy(ids[None]),
         draft_probs=torch.from_numpy(dp[None]), seed=0, offset=0,
         backend="reference").token_ids)
+
+
+def test_lab_shows_block_and_planner():
+    """The audit reports block verification's exact law and the planner's K on the toy."""
+    from specops import audit, lab
+    model = lab.build_model(lab.DEFAULT_KNOBS)
+    view = lab.one_token_view(model, model.start)
+    checks, info = audit.exact_law_checks(model, view, 3)
+    names = {c["name"]: c["passed"] for c in checks}
+    assert names["block_law_tv"] and names["block_accepts_at_least_token_wise"]
+    assert info["expected_accepted_block"] > info["expected_accepted_token"]
+    pl = lab.planner_view(model)
+    e = [sum(np.prod(pl["rates"][:i]) for i in range(k + 1)) / (k * 0.09 + 1)
+         for k in range(len(pl["rates"]) + 1)]
+    assert pl["best_k"] == int(np.argmax(e))
+    # the per-position rates are the alpha chain's: their products give the length law
+    ll = audit.length_law_markov(model, 3)
+    surv = [float(np.prod(pl["rates"][:i])) for i in range(1, 4)]
+    np.testing.assert_allclose(surv, [ll[i:].sum() for i in range(1, 4)], atol=1e-12)
