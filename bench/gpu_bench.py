@@ -158,8 +158,16 @@ def bitwise_checks(budget_end):
                             got = [t.cpu() for t in TB.verify(**a)]
                             ok &= all(torch.equal(x, y) for x, y in zip(got, ref))
                         os.environ["SPECOPS_TRITON_PIPELINE"] = "auto"
+                        # block verification and the acceptance rates (NaN where not read)
+                        for method in ("block", "token"):
+                            ref_m = RB.verify(**to_cpu(a), method=method, want_rates=True)
+                            got_m = [t.cpu() for t in TB.verify(**a, method=method,
+                                                                want_rates=True)]
+                            ok &= all(torch.equal(x.nan_to_num(-7), y.nan_to_num(-7))
+                                      for x, y in zip(got_m, ref_m))
                         detail = "" if ok else f"triton {got[0].tolist()} ref {ref[0].tolist()}"
-                        record(f"verify V={V} {dn} {mode} {setting}", ok, detail)
+                        record(f"verify (token, block, rates) V={V} {dn} {mode} {setting}", ok,
+                               detail)
                     except Exception as exc:   # noqa: BLE001
                         record(f"verify V={V} {dn} {mode} {setting}", False, f"error {exc!r}")
                         traceback.print_exc()
@@ -286,6 +294,7 @@ def time_one(V, B, K, setting):
         os.environ["SPECOPS_TRITON_PIPELINE"] = path
         r[path] = cuda_time(lambda: TB.verify(**a))
     os.environ["SPECOPS_TRITON_PIPELINE"] = "auto"
+    r["block"] = cuda_time(lambda: TB.verify(**a, method="block"))
     lg = a["target"].view(B, K + 1, V)
     ids = a["draft_ids"].view(B, K)
     q = a["draft"].view(B, K, V)
@@ -387,11 +396,13 @@ def main():
     md += ["", "## verify vs torch eager vs HBM floor (bf16 logits + fp32 draft probs)\n",
            "floor = device-to-device copy of the same bytes (reads and writes them); sum = "
            "torch sum over both tensors (reads once).\n",
-           "| V | B | K | setting | MB | triton ms | split ms | fused ms | eager ms | copy ms | "
-           "sum ms | triton/copy | eager/copy | eager/triton |",
-           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+           "block = method=\"block\" (one program per request, every row read).\n",
+           "| V | B | K | setting | MB | triton ms | split ms | fused ms | block ms | eager ms | "
+           "copy ms | sum ms | triton/copy | eager/copy | eager/triton |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     md += [f"| {r['V']} | {r['B']} | {r['K']} | {r['setting']} | {r['MB']:.1f} | "
-           f"{r['triton']:.3f} | {r['split']:.3f} | {r['fused']:.3f} | {r['eager']:.3f} | "
+           f"{r['triton']:.3f} | {r['split']:.3f} | {r['fused']:.3f} | {r['block']:.3f} | "
+           f"{r['eager']:.3f} | "
            f"{r['copy']:.3f} | {r['sum']:.3f} | "
            f"{r['triton'] / r['copy']:.2f} | {r['eager'] / r['copy']:.2f} | "
            f"{r['eager'] / r['triton']:.2f} |" for r in rows]

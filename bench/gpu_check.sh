@@ -7,7 +7,8 @@
 #      a CUDA graph and replayed on new inputs (malformed requests included) == eager, for the
 #      fused and the vocabulary-split Triton paths
 #   4. bench/gpu_bench.py: bitwise agreement with the numpy reference at V up to 151936 (both
-#      Triton paths), and timings of each op and of verify (auto, split, fused) at the
+#      Triton paths; block verification and the acceptance rates too), and timings of each
+#      op and of verify (auto, split, fused, block) at the
 #      DESIGN.md section 6 shapes against the HBM floor (device-to-device copy of the same
 #      bytes) and a torch-eager verifier.
 # Results: $OUT/gpu_results.md if OUT is set, else bench/results/gpu.md.  A short table last.

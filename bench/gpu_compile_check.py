@@ -2,7 +2,7 @@
 bundled ptxas) and check the PTX for what would break bitwise agreement with the reference:
 no fused multiply-add on floats, no approximate division / reciprocal / exp, no flush to zero.
 
-    python bench/gpu_compile_check.py [--arch 90] [--only fused|split]
+    python bench/gpu_compile_check.py [--arch 90] [--only fused|split|block]
                                                      (a few minutes on 2 cores)
 """
 from __future__ import annotations
@@ -91,14 +91,37 @@ def split_variants():
                                                    OUT_P2=16, CP2=32)
 
 
+def block_variants():
+    """Block verification (verify_block.py) and the acceptance rates (accept_rates.py)."""
+    K = TB._K.__name__
+    vb = importlib.import_module(K + ".verify_block")
+    ar = importlib.import_module(K + ".accept_rates")
+    for tp, tdt in ((False, "*bf16"), (False, "*fp32"), (True, "*fp32")):
+        for qm, qdt in ((0, "*fp32"), (1, "*fp32"), (2, tdt)):
+            if tp and qm == 2:
+                continue
+            rows = dict(t_ptr=tdt, t_stride="i64", N="i64", t_start_ptr="*i64", ids_ptr="*i64",
+                        d_start_ptr="*i64", n_draft_ptr="*i64", n_ids="i64",
+                        n_draft_rows="i64", q_ptr=qdt, q_stride="i64", inv_t_ptr="*fp32",
+                        top_k_ptr="*i64", top_p_ptr="*fp32", min_p_ptr="*fp32", V="i32",
+                        MAXK="i32")
+            yield vb._verify_block_kernel, dict(
+                rows, seed_ptr="*i64", offset_ptr="*i64", tok_ptr="*i32", nacc_ptr="*i32",
+                valid_ptr="*i1"), dict(T_PROBS=tp, Q_MODE=qm, BLOCK_V=1024, MAXK_P2=16,
+                                       OUT_P2=16)
+            for block in (False, True):
+                yield ar._accept_rates_kernel, dict(rows, nacc_ptr="*i32", rates_ptr="*fp32"), \
+                    dict(BLOCK=block, T_PROBS=tp, Q_MODE=qm, BLOCK_V=1024, MAXK_P2=16)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--arch", type=int, default=90)
-    ap.add_argument("--only", choices=("fused", "split"), default=None)
+    ap.add_argument("--only", choices=("fused", "split", "block"), default=None)
     args = ap.parse_args()
     target = GPUTarget("cuda", args.arch, 32)
     failures = 0
-    todo = {"fused": variants, "split": split_variants}
+    todo = {"fused": variants, "split": split_variants, "block": block_variants}
     for fn, sig, consts in (v for name, gen in todo.items() if args.only in (None, name)
                             for v in gen()):
         order = fn.arg_names

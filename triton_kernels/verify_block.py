@@ -19,12 +19,21 @@ from .verify import _visit
 
 
 @triton.jit
+def _no_stats():
+    """Placeholder row statistics for rows that need none (probabilities, point masses):
+    compiled kernels cannot return None inside a tuple."""
+    return (tl.full([], 0.0, tl.float32), tl.full([], float("-inf"), tl.float32),
+            tl.full([], 0.0, tl.float32), tl.full([], 0.0, tl.float32),
+            tl.full([], 1, tl.int64))
+
+
+@triton.jit
 def _target_row(t_row, V, req, T_PROBS: tl.constexpr, BLOCK_V: tl.constexpr):
     """(valid, stats) of a target row (probabilities: checked in full, no statistics)."""
     inv_t, top_k, top_p, min_p, seed, offset = req
     if T_PROBS:
         ok, arg = probs_check_argmax(t_row, V, BLOCK_V)
-        stats = None
+        stats = _no_stats()
     else:
         ok, stats = row_stats(t_row, V, inv_t, top_k, top_p, min_p, BLOCK_V)
     return ok, stats
@@ -39,7 +48,7 @@ def _draft_row(q_row, V, req, Q_MODE: tl.constexpr, BLOCK_V: tl.constexpr):
         ok, stats = row_stats(q_row, V, inv_t, top_k, top_p, min_p, BLOCK_V)
     else:
         ok = tl.full([], True, tl.int1)
-        stats = None
+        stats = _no_stats()
     return ok, stats
 
 
