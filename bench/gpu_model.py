@@ -9,9 +9,10 @@ launch's counts are fitted by a + bB + cV + dBV + eBV^2 and extrapolated; the fi
 are reported.  The split pipeline (SPECOPS_TRITON_PIPELINE=split) is modelled beside the
 fused one when the variable is honoured.
 
-    python -m bench.gpu_model [--quick] [--all] [--pipeline fused|split|both]
+    python -m bench.gpu_model [--quick] [--all] [--pipeline fused|split|both|block]
 
-writes bench/results/gpu_model.md (not with --quick).
+writes bench/results/gpu_model.md (not with --quick; `--pipeline block`, block verification's
+kernel, writes bench/results/gpu_model_block.md).
 """
 from __future__ import annotations
 
@@ -206,6 +207,8 @@ def measure(B, V, setting, pipeline=None, tile=RUN_TILE):
     import specops
     dtype, with_q, samp = setting
     kw = dict(temperature=1.0, seed=0, backend="triton", **SAMPLING[samp])
+    if pipeline == "block":           # block verification: its own kernel, every row read
+        kw["method"], pipeline = "block", None
     if "validate" in inspect.signature(specops.verify_block).parameters:
         kw["validate"] = False    # no host reads of values: the default for CUDA tensors
     # the launcher reads these variables per call; the GPU's chunk, not the interpreter's
@@ -511,7 +514,8 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="one setting, tiny V; no report file")
-    ap.add_argument("--pipeline", choices=("fused", "split", "both"), default="both")
+    ap.add_argument("--pipeline", choices=("fused", "split", "both", "block"), default="both",
+                    help="block: method='block' (written to gpu_model_block.md)")
     ap.add_argument("--all", action="store_true", help="the filters with every dtype / draft")
     a = ap.parse_args(argv)
     t0 = time.time()
@@ -519,7 +523,8 @@ def main(argv=None):
     text = report(results, same, time.time() - t0, argv)
     if not a.quick:
         os.makedirs(os.path.dirname(OUT), exist_ok=True)
-        with open(OUT, "w") as f:
+        out = OUT.replace(".md", "_block.md") if a.pipeline == "block" else OUT
+        with open(out, "w") as f:
             f.write(text)
     print(text)
     return results

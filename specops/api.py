@@ -574,6 +574,9 @@ def verify_block_unfused(target_logits=None, draft_token_ids=None, draft_probs=N
     accept and residual-sample views), materialising probabilities.  Same arguments, same
     tokens as the fused op on every input (reference section 7); kept for engines that
     already hold probabilities and as a cross-check in the tests."""
+    if kwargs.pop("method", "token") != "token" or kwargs.pop("return_accept_rates", False):
+        raise ValueError("verify_block_unfused composes the token-wise views (accept, residual "
+                         "sample); method='block' and return_accept_rates need verify_block")
     a = _prepare(target_logits, draft_token_ids, draft_probs, **kwargs)
     name = registry.resolve(backend, a.target.device)
     B, max_k = a.num_draft.shape[0], a.max_k

@@ -89,6 +89,8 @@ def test_api_checks_and_output_type():
         specops.verify_block(**kw, method="tree")
     with pytest.raises(TypeError, match="return_accept_rates"):
         specops.verify_block(**kw, return_accept_rates=1)
+    with pytest.raises(ValueError, match="unfused"):
+        specops.verify_block_unfused(**kw, method="block")
     out = specops.verify_block(**kw, return_accept_rates=True, backend="reference")
     tok, nacc, valid = out                               # still the three-tuple
     assert isinstance(out, specops.VerifyOutput) and out.accept_rates.shape == (2, 3)

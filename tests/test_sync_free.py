@@ -234,3 +234,37 @@ def test_reference_guard_contract():
         assert not R.params_ok(*bad), bad
     assert math.isnan(R.inv_temperature(-1.0)) and math.isnan(R.inv_temperature(math.nan))
     assert math.isnan(R.inv_temperature(math.inf)) and R.inv_temperature(0.0) == 0
+
+
+@pytest.mark.parametrize("backend", [b for b in BACKENDS if b != "reference"])
+@pytest.mark.parametrize("flat", [False, True], ids=["padded", "flattened"])
+def test_block_and_rates_read_nothing_on_the_host(backend, flat):
+    """method="block" and return_accept_rates=True keep the sync-free contract."""
+    kw = _inputs(1, flat=flat)
+    extra = dict(max_num_draft_tokens=3) if flat else {}
+    for method, rates in (("block", False), ("block", True), ("token", True)):
+        want = specops.verify_block(**kw, method=method, return_accept_rates=rates,
+                                    backend=backend)
+        with no_host_reads() as seen:
+            got = specops.verify_block(**kw, **extra, validate=False, method=method,
+                                       return_accept_rates=rates, backend=backend)
+        assert not seen, (method, rates, seen)
+        _same(want, got)
+        if rates:
+            assert torch.equal(want.accept_rates.nan_to_num(-1), got.accept_rates.nan_to_num(-1))
+
+
+@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("case", ["temperature nan", "top_p>1", "id>=V", "num_draft>K"])
+def test_block_malformed_request_emits_nothing(backend, case):
+    kw = _inputs(4, tensors=False)
+    kw["num_draft_tokens"] = torch.tensor([3, 3, 2, 3])
+    bad = _with_bad_request(kw, MALFORMED[case])
+    want = specops.verify_block(**kw, method="block", backend=backend)
+    got = specops.verify_block(**bad, validate=False, method="block", return_accept_rates=True,
+                               backend=backend)
+    assert got.token_ids[1].tolist() == [-1] * 4 and got.accept_rates[1].isnan().all()
+    assert int(got.num_accepted[1]) == 0 and not bool(got.valid[1])
+    keep = torch.tensor([0, 2, 3])
+    assert torch.equal(got.token_ids[keep], want.token_ids[keep])
+    assert torch.equal(got.valid[keep], want.valid[keep])
