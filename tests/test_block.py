@@ -349,3 +349,24 @@ def test_block_statistics_and_negative_controls(backend):
                           9000))):
         bad = block_pvalues(*run(), seed=1)
         assert min(bad.values()) < ALPHA, (name, n, bad)
+
+
+@pytest.mark.skipif("cpu" not in specops.available_backends(), reason="C++ backend not built")
+def test_every_isa_level_gives_the_reference_block_and_rates():
+    """The float64 block mass and the rates' min mass are per-ISA passes: every level the
+    CPU runs emits the reference's tokens and rates."""
+    from specops import _C
+    before = _C.isa()
+    try:
+        for level in _C.available_isas():
+            _C.set_isa(level)
+            for kind, V, K in (("full", 1000, 4), ("draft_logits", 517, 3), ("point", 33, 4),
+                               ("mixed", 1000, 4), ("probs", 250, 2)):
+                kw = make_case(kind, V, K, B=5, seed=11)
+                for method in ("block", "token"):
+                    want = specops.verify_block(**kw, method=method, return_accept_rates=True,
+                                                backend="reference")
+                    _same(specops.verify_block(**kw, method=method, return_accept_rates=True,
+                                               backend="cpu"), want)
+    finally:
+        _C.set_isa(before)

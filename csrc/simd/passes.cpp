@@ -283,7 +283,8 @@ int64_t band_pass(const float* e, int64_t V, float lo, float hi, float* out, uin
 // trunc(r * 2^60) over [i, end) added to d[]; returns where the whole vectors stopped.
 // Vectors of masked tokens (p == 0: top-k / top-p / min-p rows are mostly zeros) store r = 0
 // without reading q (a NaN p still takes the full path and its bad-row flag).
-template <class S, bool HAS_Q>
+// MIN (acceptance rates, with q): r = min(p, q > 0 ? q : 0) instead of the residual.
+template <class S, bool HAS_Q, bool MIN = false>
 int64_t weight_lanes(const float* p, const float* q, float* r, int64_t i, int64_t end,
                      uint32_t d[3], bool& bad) {
   using F = typename S::F;
@@ -298,7 +299,11 @@ int64_t weight_lanes(const float* p, const float* q, float* r, int64_t i, int64_
       continue;
     }
     F rv = pv;
-    if (HAS_Q) {
+    if (HAS_Q && MIN) {  // disjoint masks: one term is +0, the sum is exact
+      const F qv = S::load(q + i);
+      const F qq = keep(gt(qv, zero), qv);
+      rv = keep(le(pv, qq), pv) + keep(gt(pv, qq), qq);
+    } else if (HAS_Q) {
       const F qv = S::load(q + i);
       rv = keep(gt(pv, qv), pv - max(qv, zero));
     }
@@ -340,6 +345,20 @@ uint64_t weights_t(const float* p, const float* q, float* r, int64_t V, uint64_t
     total += bsum[k];
   }
   *bad = b;
+  return total;
+}
+
+// sum of trunc(min(p, q > 0 ? q : 0) * 2^60): beta of the acceptance rates (p, q valid rows)
+uint64_t min_mass(const float* p, const float* q, float* r, int64_t V) {
+  uint64_t total = 0;
+  bool b = false;
+  for (int64_t b0 = 0; b0 < V; b0 += kDrawBlock) {
+    const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
+    uint32_t d[3] = {0, 0, 0};
+    const int64_t i = weight_lanes<Native, true, true>(p, q, r, b0, b1, d, b);
+    if constexpr (Native::W > 1) weight_lanes<Scalar, true, true>(p, q, r, i, b1, d, b);
+    total += (uint64_t(d[0]) << 40) + (uint64_t(d[1]) << 20) + uint64_t(d[2]);
+  }
   return total;
 }
 
@@ -395,6 +414,7 @@ uint64_t block_mass(const float* p, const float* q, double rho, int64_t V, uint6
 extern const Passes SPECOPS_PASSES_TABLE = {
     SPECOPS_PASSES_NAME, &scale_max,  &exp_pass,   &masked_mass, &materialize,
     &gather_ge,          &gather_key, &band_pass,  &weights,     &block_mass,
+    &min_mass,
 };
 
 }  // namespace specops

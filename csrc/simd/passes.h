@@ -57,6 +57,9 @@ struct Passes {
   // where rho * p > q else 0, in float64 (q null: 0); per kDrawBlock into block_sums if given
   uint64_t (*block_mass)(const float* p, const float* q, double rho, int64_t V,
                          uint64_t* block_sums);
+  // acceptance rates (reference section 10): sum of trunc(min(p, q > 0 ? q : 0) * 2^60);
+  // r: scratch of V floats
+  uint64_t (*min_mass)(const float* p, const float* q, float* r, int64_t V);
 };
 
 // Levels, lowest first.  The tables a build contains (see isa.cpp).

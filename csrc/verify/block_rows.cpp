@@ -59,13 +59,8 @@ int64_t block_draw(const float* p, const float* q, int64_t y, double rho, int64_
   return -1;
 }
 
-float accept_rate(const float* p, const float* q, int64_t V) {
-  uint64_t S = 0;
-  for (int64_t i = 0; i < V; ++i) {
-    const float qi = q[i] > 0.0f ? q[i] : 0.0f;  // NaN and negatives count 0
-    const float m = p[i] < qi ? p[i] : qi;
-    S += uint64_t(f2i64(m * kWScaleF));
-  }
+float accept_rate(const float* p, const float* q, int64_t V, Work& w) {
+  const uint64_t S = passes().min_mass(p, q, grow(w.r, V), V);
   return float(double(int64_t(S)) * 0x1p-60);
 }
 

@@ -34,6 +34,6 @@ int64_t block_draw(const float* p, const float* q, int64_t y, double rho, int64_
                    Work& w);
 
 // beta = float32(sum_x trunc(min(p(x), max(q(x), 0)) * 2^60) * 2^-60); NaN q counts 0.
-float accept_rate(const float* p, const float* q, int64_t V);
+float accept_rate(const float* p, const float* q, int64_t V, Work& w);
 
 }  // namespace specops

@@ -209,19 +209,19 @@ class Walk {
         break;
       }
       if (j == kb) break;
-      const float* p = p_row(pos);
-      const float* q = q_row(pos);
+      read_draft(pos);
       if (rates_) rates_[j] = rate(pos);
       if (pos.q_nan) {  // an unusable draft row ends the block here
         e = j;
         break;
       }
-      if (j >= 1) {
-        const double h = block_stop_probability(block_mass(p, q, pos.y, rho[j], r_.V, nullptr),
-                                                rho[j]);
+      if (j >= 1) {  // row 0 is materialised only if the draw lands there (h_0 = 1)
+        const double h = block_stop_probability(
+            block_mass(p_row(pos), q_row(pos), pos.y, rho[j], r_.V, nullptr), rho[j]);
         if (accept_uniform(r_.seed, r_.offset, uint64_t(j - 1)) < h) tau = j;
       }
-      rho[j + 1] = block_next_rho(rho[j], p[pos.y], q ? q[pos.y] : 1.0f);
+      const float p_y = a_.target_is_probs ? pos.tprob[pos.y] : pos.P(pos.y);
+      rho[j + 1] = block_next_rho(rho[j], p_y, pos.q_y);
     }
     if (e >= 1 && accept_uniform(r_.seed, r_.offset, uint64_t(e - 1)) < rho[e]) tau = e;
     for (int64_t j = 0; j < tau; ++j) out_[j] = int32_t(draft_id(j));
@@ -251,7 +251,7 @@ class Walk {
     const float* p = p_row(pos);
     if (!a_.draft.ptr) return p[pos.y];
     const float* q = q_row(pos);
-    return q ? accept_rate(p, q, r_.V) : 0.0f;
+    return q ? accept_rate(p, q, r_.V, w_) : 0.0f;
   }
 
   void finish(int64_t j, int64_t token) {
