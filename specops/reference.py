@@ -240,6 +240,10 @@ validity rules are otherwise those of sections 1, 3 and 8; the forced mode is to
 
 The implemented probability of ``u < h`` is ``ceil(h * 2**32) / 2**32`` (within 2**-32 of h,
 as in section 6); ``exact_output_law(method="block")`` uses h and the implemented weights.
+Bit-identity rests on the float64 products, differences and divisions above being correctly
+rounded and unfused on every backend (C++ ``-ffp-contract=off``; Triton
+``enable_fp_fusion=False``, and ``bench/gpu_compile_check.py`` finds no ``fma.rn.f64`` and no
+approximate division in the compiled block kernels).
 
 10. Acceptance rates (``return_accept_rates``)
 ---------------------------------------------
