@@ -27,6 +27,8 @@ Functions (all return new tensors on the input's device):
   forced_num_accepted=None) -> (token_ids [B, max_k+1] int32, num_accepted [B] int32,
   valid [B] bool)`` == ``reference.verify_rows_ref``: the backend's one verification walk.
   ``forced_num_accepted`` [B] int (or None) is the forced mode of the reference's section 7.
+  Keyword ``method`` ("token" or "block": section 9) and ``want_rates`` (append
+  ``accept_rates`` [B, max_k] float32, section 10) are passed by ``specops::verify_method``.
 * ``sampling_probs(logits [N, V], inv_temp [N], top_k [N], top_p [N], min_p [N])
   -> (probs [N, V] float32 contiguous, valid [N] bool)`` == ``reference.sampling_probs_ref``.
 
