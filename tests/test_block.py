@@ -263,25 +263,9 @@ def test_block_draws_from_the_scaled_residual():
 
 
 # ----------------------------------------------------------------------------- statistics
-scipy_stats = pytest.importorskip("scipy.stats")
-ALPHA = 1e-6
-N = 20000
-P_ROWS = np.array([[0.05, 0.10, 0.15, 0.20, 0.25, 0.25],
-                   [0.30, 0.05, 0.05, 0.20, 0.10, 0.30],
-                   [0.10, 0.40, 0.10, 0.10, 0.20, 0.10],
-                   [0.20, 0.20, 0.20, 0.20, 0.10, 0.10]], dtype=np.float32)
-Q_ROWS = np.array([[0.30, 0.25, 0.20, 0.10, 0.10, 0.05],
-                   [0.10, 0.30, 0.30, 0.10, 0.10, 0.10],
-                   [0.05, 0.05, 0.30, 0.30, 0.20, 0.10]], dtype=np.float32)
-
-
-def _pvalue(observed, probs):
-    probs = np.asarray(probs, np.float64) / np.sum(probs)
-    if observed[probs == 0].sum() > 0:
-        return 0.0
-    keep = probs > 0
-    expected = probs[keep] / probs[keep].sum()
-    return float(scipy_stats.chisquare(observed[keep], observed[keep].sum() * expected).pvalue)
+# the token-wise statistics' rows, level and test (P_ROWS: K + 1 = 4 rows over V = 6)
+from tests.test_statistics import ALPHA, N, P_ROWS, Q_ROWS  # noqa: E402
+from tests.test_statistics import chi2_pvalue as _pvalue, draft_ids  # noqa: E402
 
 
 def block_pvalues(tok, nacc, seed):
@@ -293,7 +277,8 @@ def block_pvalues(tok, nacc, seed):
     rng = np.random.default_rng(seed)
     full = tok.astype(np.int64).copy()
     for j in range(K1):
-        fill = rng.choice(V, size=len(full), p=P_ROWS[j].astype(np.float64) / P_ROWS[j].astype(np.float64).sum())
+        p = P_ROWS[j].astype(np.float64)
+        fill = rng.choice(V, size=len(full), p=p / p.sum())
         full[:, j] = np.where(np.arange(K1)[j] > nacc, fill, full[:, j])
     pv = {}
     for j in range(K1 - 1):
@@ -305,9 +290,7 @@ def block_pvalues(tok, nacc, seed):
 
 
 def _drafts(n, seed):
-    rng = np.random.default_rng(seed)
-    return np.stack([rng.choice(6, size=n, p=q.astype(np.float64) / q.astype(np.float64).sum()) for q in Q_ROWS],
-                    axis=1)
+    return draft_ids(np.random.default_rng(seed), Q_ROWS, n)
 
 
 def _run(backend, ids, q_rows, seed0, variant="exact"):

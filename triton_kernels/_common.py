@@ -333,35 +333,47 @@ def probs_tile(row_ptr, idx, msk, inv_t, stats, IS_PROBS: tl.constexpr):
 # ----------------------------------------------------------------------------- the draw
 @triton.jit
 def _weights_tile(t_row, q_row, idx, msk, y, inv_t, t_stats, q_ok, q_stats,
-                  T_PROBS: tl.constexpr, Q_MODE: tl.constexpr):
+                  T_PROBS: tl.constexpr, Q_MODE: tl.constexpr, rho=None):
     """(W of the residual, W of p) over a tile: trunc(r * 2**60), trunc(p * 2**60), with
     r = p - max(q, 0) where p > q else 0 (Q_MODE 1: q probabilities, 2: q from draft logits,
-    NaN where not q_ok) or, for a point-mass draft (Q_MODE 0), p with y zeroed."""
+    NaN where not q_ok) or, for a point-mass draft (Q_MODE 0), p with y zeroed.  With ``rho``
+    (block verification, reference section 9) r is the scaled residual in float64:
+    rho * p - max(q, 0) where rho * p > q else 0, q = one-hot(y) for Q_MODE 0."""
     p = probs_tile(t_row, idx, msk, inv_t, t_stats, T_PROBS)
     if Q_MODE == 0:
-        r = tl.where(idx == y, 0.0, p)
+        q = tl.where(idx == y, 1.0, 0.0)
     else:
         q = probs_tile(q_row, idx, msk, inv_t, q_stats, Q_MODE == 1)
         if Q_MODE == 2:
             q = tl.where(q_ok, q, float("nan"))
-        r = tl.where(p > q, p - tl.maximum(q, 0.0), 0.0)
-    return (r * W_SCALE).to(tl.int64), (p * W_SCALE).to(tl.int64)
+    if rho is None:
+        if Q_MODE == 0:
+            r = tl.where(idx == y, 0.0, p)
+        else:
+            r = tl.where(p > q, p - tl.maximum(q, 0.0), 0.0)
+        w_r = (r * W_SCALE).to(tl.int64)
+    else:
+        a = p.to(tl.float64) * rho
+        b = q.to(tl.float64)
+        w_r = (tl.where(a > b, a - tl.maximum(b, 0.0), 0.0) * W_SCALE).to(tl.int64)
+    return w_r, (p * W_SCALE).to(tl.int64)
 
 
 @triton.jit
 def draw_row(t_row, q_row, V, y, u_lo, u_hi, inv_t, t_stats, q_ok, q_stats,
-             T_PROBS: tl.constexpr, Q_MODE: tl.constexpr, BLOCK_V: tl.constexpr):
+             T_PROBS: tl.constexpr, Q_MODE: tl.constexpr, BLOCK_V: tl.constexpr, rho=None):
     """Integer inverse-CDF draw (reference.draw_from / draw_index) over the residual of the
     target row t_row and the draft (see _weights_tile; y = -1 with Q_MODE 0 draws from p
-    itself: the bonus draw), falling back to p when the residual has no mass.
-    U = u_lo | u_hi << 32.  Returns the token, or -1 if S == 0."""
+    itself: the bonus draw; ``rho``: block verification's scaled residual), falling back to
+    p when the residual has no mass.  U = u_lo | u_hi << 32.  Returns the token, or -1 if
+    S == 0."""
     offs = tl.arange(0, BLOCK_V)
     total_r = tl.full([], 0, tl.int64)
     total_p = tl.full([], 0, tl.int64)
     for start in range(0, V, BLOCK_V):
         idx = start + offs
         w_r, w_p = _weights_tile(t_row, q_row, idx, idx < V, y, inv_t, t_stats, q_ok, q_stats,
-                                 T_PROBS, Q_MODE)
+                                 T_PROBS, Q_MODE, rho)
         total_r += tl.sum(w_r, axis=0)
         total_p += tl.sum(w_p, axis=0)
     use_p = total_r == 0
@@ -369,12 +381,12 @@ def draw_row(t_row, q_row, V, y, u_lo, u_hi, inv_t, t_stats, q_ok, q_stats,
     t = mulhi_u64(u_lo, u_hi, total)
     hi = tl.where(total > 0, V, 0)                 # S == 0: nothing to find, -1
     return find_token(t_row, q_row, 0, hi, y, inv_t, t_stats, q_ok, q_stats, use_p,
-                      tl.full([], 0, tl.int64), t, T_PROBS, Q_MODE, BLOCK_V)
+                      tl.full([], 0, tl.int64), t, T_PROBS, Q_MODE, BLOCK_V, rho)
 
 
 @triton.jit
 def find_token(t_row, q_row, lo, hi, y, inv_t, t_stats, q_ok, q_stats, use_p, cum, t,
-               T_PROBS: tl.constexpr, Q_MODE: tl.constexpr, BLOCK_V: tl.constexpr):
+               T_PROBS: tl.constexpr, Q_MODE: tl.constexpr, BLOCK_V: tl.constexpr, rho=None):
     """The smallest index i in [lo, hi) where cum + the weights of [lo, i] pass t (the
     weights of the residual, or of p with ``use_p``); -1 if none does."""
     offs = tl.arange(0, BLOCK_V)
@@ -383,7 +395,7 @@ def find_token(t_row, q_row, lo, hi, y, inv_t, t_stats, q_ok, q_stats, use_p, cu
     while (token < 0) & (start < hi):
         idx = start + offs
         w_r, w_p = _weights_tile(t_row, q_row, idx, idx < hi, y, inv_t, t_stats, q_ok, q_stats,
-                                 T_PROBS, Q_MODE)
+                                 T_PROBS, Q_MODE, rho)
         w = tl.where(use_p, w_p, w_r)
         hit = (idx < hi) & (cum + tl.cumsum(w, axis=0) > t)
         first = tl.min(tl.where(hit, idx, NO_INDEX), axis=0)

@@ -41,6 +41,26 @@ def next_pow2(n: int) -> int:
     return triton.next_power_of_2(max(int(n), 1))
 
 
+def row_args(target, target_row_start, draft_ids, draft_row_start, num_draft, draft,
+             draft_is_probs, inv_temp, top_k, top_p, min_p):
+    """(the leading kernel arguments every per-request / split kernel takes, Q_MODE):
+    target rows, row starts, id counts, the draft rows (the target itself for point-mass
+    drafts, never read) and the sampling parameters, in the kernels' argument order."""
+    n_ids = draft_ids.numel()
+    n_draft_rows = n_ids if draft is None else min(n_ids, draft.shape[0])
+    q_mode = 0 if draft is None else (1 if draft_is_probs else 2)
+    q = target if draft is None else draft
+    return (target, target.stride(0), target.shape[0], target_row_start, draft_ids,
+            draft_row_start, num_draft, n_ids, n_draft_rows, q, q.stride(0), inv_temp, top_k,
+            top_p, min_p), q_mode
+
+
+def walk_sizes(max_k: int, V: int, device) -> dict:
+    """Tile and power-of-2 sizes of a per-request kernel: BLOCK_V, MAXK_P2, OUT_P2."""
+    return dict(BLOCK_V=block_v(V, device), MAXK_P2=max(16, next_pow2(max_k)),
+                OUT_P2=max(16, next_pow2(max_k + 1)))
+
+
 # ----------------------------------------------------------------------------- pipeline
 # The H200 model of bench/gpu_model.py (constants stated there): which verify path is faster
 # is decided from shapes alone (no tensor value), so the choice never syncs.

@@ -7,7 +7,7 @@ import triton.language as tl
 
 from ._block_rows import accept_rate
 from ._common import block_length, probs_check_argmax, logits_scan, request_ok
-from ._launch import block_v, launch_opts, next_pow2
+from ._launch import launch_opts, row_args, walk_sizes
 from .verify_block import _draft_row, _target_row
 
 
@@ -97,14 +97,11 @@ def accept_rates(target, target_is_probs, target_row_start, draft_ids, draft_row
     rates = torch.empty((B, max_k), dtype=torch.float32, device=dev)
     if B == 0 or max_k == 0:
         return rates
-    N, V = target.shape
-    n_draft_rows = draft_ids.numel() if draft is None else min(draft_ids.numel(), draft.shape[0])
-    q_mode = 0 if draft is None else (1 if draft_is_probs else 2)
-    q = target if draft is None else draft
-    _accept_rates_kernel[(B,)](
-        target, target.stride(0), N, target_row_start, draft_ids, draft_row_start, num_draft,
-        draft_ids.numel(), n_draft_rows, q, q.stride(0), inv_temp, top_k, top_p, min_p,
-        num_accepted, rates, V, max_k, BLOCK=bool(block), T_PROBS=bool(target_is_probs),
-        Q_MODE=q_mode, BLOCK_V=block_v(V, dev), MAXK_P2=max(16, next_pow2(max_k)),
-        **launch_opts(dev))
+    rows, q_mode = row_args(target, target_row_start, draft_ids, draft_row_start, num_draft,
+                            draft, draft_is_probs, inv_temp, top_k, top_p, min_p)
+    sizes = walk_sizes(max_k, target.shape[1], dev)
+    _accept_rates_kernel[(B,)](*rows, num_accepted, rates, target.shape[1], max_k,
+                               BLOCK=bool(block), T_PROBS=bool(target_is_probs), Q_MODE=q_mode,
+                               BLOCK_V=sizes["BLOCK_V"], MAXK_P2=sizes["MAXK_P2"],
+                               **launch_opts(dev))
     return rates

@@ -14,7 +14,7 @@ a CUDA graph.  Tokens equal the fused kernel's (``verify.py``) and the reference
 import torch
 import triton
 
-from ._launch import block_v, chunk_size, launch_opts, next_pow2, verify_outputs
+from ._launch import block_v, chunk_size, launch_opts, next_pow2, row_args, verify_outputs
 from .split_accept import _walk_kernel
 from .split_draw import _draw_find_kernel, _draw_sums_kernel
 from .split_transform import _mass_kernel, _select_kernel, _stats_kernel
@@ -40,11 +40,10 @@ def verify_split(target, target_is_probs, target_row_start, draft_ids, draft_row
     tok, nacc, valid = verify_outputs(B, max_k, dev)
     if B == 0:
         return tok, nacc, valid
-    N, V = target.shape
-    n_ids = draft_ids.numel()
-    n_draft_rows = n_ids if draft is None else min(n_ids, draft.shape[0])
-    q_mode = 0 if draft is None else (1 if draft_is_probs else 2)
-    q = target if draft is None else draft
+    V = target.shape[1]
+    common, q_mode = row_args(target, target_row_start, draft_ids, draft_row_start, num_draft,
+                              draft, draft_is_probs, inv_temp, top_k, top_p, min_p)
+    q = common[9]
     logit_rows = (not target_is_probs) or q_mode == 2
     has_topk, has_topp = has_topk and logit_rows, has_topp and logit_rows
     R = B * (max_k + 1)
@@ -67,8 +66,6 @@ def verify_split(target, target_is_probs, target_row_start, draft_ids, draft_row
     psum = torch.empty((B, C, 4), **i64)
     opts = launch_opts(dev)
     sizes = dict(BLOCK_V=tile, MAXK_P2=max(16, next_pow2(max_k)))
-    common = (target, target.stride(0), N, target_row_start, draft_ids, draft_row_start,
-              num_draft, n_ids, n_draft_rows, q, q.stride(0), inv_temp, top_k, top_p, min_p)
     tp = bool(target_is_probs)
     _stats_kernel[(S, C)](*common, pmax, parg, pcnt, hist, V, max_k, R, C, chunk,
                           T_PROBS=tp, FILTERS=filters, **sizes, **opts)

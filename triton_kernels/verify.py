@@ -15,7 +15,8 @@ import triton.language as tl
 
 from ._common import (TAG_SAMPLE, accept_uniform, block_length, draw_row, logits_scan,
                       prob_at, probs_check_argmax, request_ok, row_stats, stream_words)
-from ._launch import block_v, chunk_size, launch_opts, next_pow2, use_split, verify_outputs
+from ._launch import (chunk_size, launch_opts, row_args, use_split, verify_outputs,
+                      walk_sizes)
 
 
 @triton.jit
@@ -219,15 +220,10 @@ def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start
     tok, nacc, valid = verify_outputs(B, max_k, dev)
     if B == 0:
         return tok, nacc, valid
-    N, V = target.shape
-    n_draft_rows = draft_ids.numel() if draft is None else min(draft_ids.numel(), draft.shape[0])
-    q_mode = 0 if draft is None else (1 if draft_is_probs else 2)
-    q = target if draft is None else draft
-    _verify_kernel[(B,)](
-        target, target.stride(0), N, target_row_start, draft_ids, draft_row_start, num_draft,
-        draft_ids.numel(), n_draft_rows, q, q.stride(0), inv_temp, top_k, top_p, min_p, seed,
-        offset, forced_num_accepted, tok, nacc, valid, V, max_k,
-        T_PROBS=bool(target_is_probs), Q_MODE=q_mode, FORCED=forced_num_accepted is not None,
-        BLOCK_V=block_v(V, dev), MAXK_P2=max(16, next_pow2(max_k)),
-        OUT_P2=max(16, next_pow2(max_k + 1)), **launch_opts(dev))
+    rows, q_mode = row_args(target, target_row_start, draft_ids, draft_row_start, num_draft,
+                            draft, draft_is_probs, inv_temp, top_k, top_p, min_p)
+    _verify_kernel[(B,)](*rows, seed, offset, forced_num_accepted, tok, nacc, valid, V, max_k,
+                         T_PROBS=bool(target_is_probs), Q_MODE=q_mode,
+                         FORCED=forced_num_accepted is not None, **walk_sizes(max_k, V, dev),
+                         **launch_opts(dev))
     return tok, nacc, valid

@@ -11,10 +11,10 @@ verification always takes this path.
 import triton
 import triton.language as tl
 
-from ._block_rows import block_draw, block_mass, next_rho, stop_probability
+from ._block_rows import block_mass, next_rho, stop_probability
 from ._common import (accept_uniform, block_length, draw_row, prob_at, probs_check_argmax,
                       request_ok, row_stats, stream_words, TAG_SAMPLE)
-from ._launch import block_v, launch_opts, next_pow2, verify_outputs
+from ._launch import launch_opts, row_args, verify_outputs, walk_sizes
 from .verify import _visit
 
 
@@ -120,8 +120,9 @@ def _block_walk(t_ptr, t_stride, N, t0, q_ptr, q_stride, ids_ptr, d0, V, kb, dra
         t_ok, t_stats = _target_row(t_row, V, req, T_PROBS, BLOCK_V)
         q_ok, q_stats = _draft_row(q_row, V, req, Q_MODE, BLOCK_V)
         if t_ok:
-            token = block_draw(t_row, q_row, V, y, rho_tau, tau, req, t_stats, q_stats,
-                               T_PROBS, Q_MODE, BLOCK_V)
+            u_lo, u_hi = stream_words(seed, offset, tau, TAG_SAMPLE)
+            token = draw_row(t_row, q_row, V, y, u_lo, u_hi, inv_t, t_stats, q_ok, q_stats,
+                             T_PROBS, Q_MODE, BLOCK_V, rho_tau)
     return tau, token
 
 
@@ -194,15 +195,9 @@ def verify_block(target, target_is_probs, target_row_start, draft_ids, draft_row
     tok, nacc, valid = verify_outputs(B, max_k, dev)
     if B == 0:
         return tok, nacc, valid
-    N, V = target.shape
-    n_draft_rows = draft_ids.numel() if draft is None else min(draft_ids.numel(), draft.shape[0])
-    q_mode = 0 if draft is None else (1 if draft_is_probs else 2)
-    q = target if draft is None else draft
-    _verify_block_kernel[(B,)](
-        target, target.stride(0), N, target_row_start, draft_ids, draft_row_start, num_draft,
-        draft_ids.numel(), n_draft_rows, q, q.stride(0), inv_temp, top_k, top_p, min_p, seed,
-        offset, tok, nacc, valid, V, max_k,
-        T_PROBS=bool(target_is_probs), Q_MODE=q_mode, BLOCK_V=block_v(V, dev),
-        MAXK_P2=max(16, next_pow2(max_k)), OUT_P2=max(16, next_pow2(max_k + 1)),
-        **launch_opts(dev))
+    rows, q_mode = row_args(target, target_row_start, draft_ids, draft_row_start, num_draft,
+                            draft, draft_is_probs, inv_temp, top_k, top_p, min_p)
+    _verify_block_kernel[(B,)](*rows, seed, offset, tok, nacc, valid, target.shape[1], max_k,
+                               T_PROBS=bool(target_is_probs), Q_MODE=q_mode,
+                               **walk_sizes(max_k, target.shape[1], dev), **launch_opts(dev))
     return tok, nacc, valid

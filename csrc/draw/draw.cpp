@@ -2,8 +2,6 @@
 // (exactly, by the active ISA's weights pass), so the scan for the token touches one block.
 #include "draw/draw.h"
 
-#include <algorithm>
-
 #include "core/float_bits.h"
 #include "simd/passes.h"
 
@@ -35,20 +33,8 @@ int64_t draw(const float* p, const float* q, int64_t y, int64_t V, uint64_t U, W
     if (bad) return -1;
   }
   if (S == 0 || int64_t(S) < 0) return -1;
-  const uint64_t t = uint64_t((static_cast<unsigned __int128>(U) * S) >> 64);
-  uint64_t cum = 0;
-  for (int64_t k = 0; k < nb; ++k) {
-    if (cum + bs[k] > t) {
-      const int64_t b1 = std::min(V, (k + 1) * kDrawBlock);
-      for (int64_t i = k * kDrawBlock; i < b1; ++i) {
-        cum += weight(r[i]);
-        if (cum > t) return i;
-      }
-      return -1;
-    }
-    cum += bs[k];
-  }
-  return -1;
+  return find_in_blocks(bs, nb, V, draw_threshold(U, S),
+                        [r](int64_t i) { return weight(r[i]); });
 }
 
 }  // namespace specops

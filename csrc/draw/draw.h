@@ -3,6 +3,7 @@
 #include <cstdint>
 
 #include "core/workspace.h"
+#include "simd/passes.h"
 
 namespace specops {
 
@@ -12,5 +13,30 @@ namespace specops {
 // smallest i with W_0 + ... + W_i > floor(U * S / 2^64).  Returns -1 when there is no mass,
 // or when some r is outside [0, 1] (rows that passed the validity checks never do).
 int64_t draw(const float* p, const float* q, int64_t y, int64_t V, uint64_t U, Work& w);
+
+// floor(U * S / 2^64), exactly.
+inline uint64_t draw_threshold(uint64_t U, uint64_t S) {
+  return uint64_t((static_cast<unsigned __int128>(U) * S) >> 64);
+}
+
+// The smallest i with W_0 + ... + W_i > t, given the sums of W per kDrawBlock tokens
+// (block_sums, nb blocks) and weight(i) = W_i: the scan touches one block.  -1 if none.
+template <class Weight>
+int64_t find_in_blocks(const uint64_t* block_sums, int64_t nb, int64_t V, uint64_t t,
+                       Weight weight) {
+  uint64_t cum = 0;
+  for (int64_t k = 0; k < nb; ++k) {
+    if (cum + block_sums[k] > t) {
+      const int64_t b1 = V < (k + 1) * kDrawBlock ? V : (k + 1) * kDrawBlock;
+      for (int64_t i = k * kDrawBlock; i < b1; ++i) {
+        cum += weight(i);
+        if (cum > t) return i;
+      }
+      return -1;
+    }
+    cum += block_sums[k];
+  }
+  return -1;
+}
 
 }  // namespace specops

@@ -1,8 +1,6 @@
 // The block residual is formed in float64 (a float32 rho * p would move the law by 2^-24); its
-// mass runs as the active ISA's pass (simd/passes.cpp), the draw's scan of one block here.
+// mass runs as the active ISA's pass (simd/passes.cpp), the scan as draw.h's find_in_blocks.
 #include "verify/block_rows.h"
-
-#include <algorithm>
 
 #include "core/float_bits.h"
 #include "draw/draw.h"
@@ -43,20 +41,9 @@ int64_t block_draw(const float* p, const float* q, int64_t y, double rho, int64_
   uint64_t* bs = w.bsum.data();
   const uint64_t S = block_mass(p, q, y, rho, V, bs);
   if (S == 0) return draw(p, nullptr, -1, V, U, w);  // no residual mass: p
-  const uint64_t t = uint64_t((static_cast<unsigned __int128>(U) * S) >> 64);
-  uint64_t cum = 0;
-  for (int64_t k = 0; k < nb; ++k) {
-    if (cum + bs[k] > t) {
-      const int64_t b1 = std::min(V, (k + 1) * kDrawBlock);
-      for (int64_t i = k * kDrawBlock; i < b1; ++i) {
-        cum += q ? dweight(p[i], q[i], rho) : (i == y ? 0 : pweight(p[i], rho));
-        if (cum > t) return i;
-      }
-      return -1;
-    }
-    cum += bs[k];
-  }
-  return -1;
+  return find_in_blocks(bs, nb, V, draw_threshold(U, S), [=](int64_t i) {
+    return q ? dweight(p[i], q[i], rho) : (i == y ? 0 : pweight(p[i], rho));
+  });
 }
 
 float accept_rate(const float* p, const float* q, int64_t V, Work& w) {
