@@ -258,6 +258,78 @@ Computing beta needs the whole draft row at every accepted position, which the w
 section 1 otherwise reads only at ``y_j`` (draft probabilities): that is its cost.  (At a
 block cut on an unusable draft row, ``j = e``, beta is 0: that row was read and rejects.)
 
+11. Tree verification (``verify_tree``; code in ``specops/reference_tree.py``)
+-------------------------------------------------------------------------------
+A request proposes a tree instead of a chain: nodes ``0..n_b-1`` (``n_b = num_nodes[b]``),
+node 0 the root (the last committed token; its id is ignored), ``parent[n] < n``.  Target row
+``n`` is the target's next-token distribution after the path root..n; draft row ``n`` is the
+distribution the children of n were drawn from, either i.i.d. (``method="mss"``, multi-step
+speculative sampling, SpecInfer arXiv 2305.09781) or without replacement in node order
+(``method="rsd"``, recursive rejection sampling, arXiv 2402.14160); no draft rows: point-mass
+drafts (the children are arbitrary proposals, ``q = one-hot`` of each child's own token).
+
+*Shape and malformed trees.*  The children of c are the nodes ``n`` in ``1..n_b-1`` with
+``parent[n] == c``, tried in increasing ``n``; a child's *rank* is its index among them.
+``parent[n] == -1`` for ``n >= 1`` marks an absent (padding) node, and so is every node whose
+parent is absent.  A request is malformed (section 8: everything ``-1``, ``valid = False``,
+nothing read) if its parameters are (section 8), or ``n_b`` is outside ``[1, N]``, or
+``parent[0] != -1``, or a node ``1 <= n < n_b`` has ``parent[n]`` outside ``[-1, n)``, or a
+present node has a token outside ``[0, V)`` or a depth (root 0, child = parent + 1) above
+``max_depth`` (the output width - 1).
+
+*The walk.*  ``c = 0``, depth ``j = 0``.  At node c read ``p = p_c`` (transformed as in
+section 2; with ``target_probs`` the row is checked in full, section 3).  An invalid target row
+ends the request invalid at j: accepted tokens, then -1, ``num_accepted = j``,
+``valid = False``.  Otherwise, with integer weights at scale ``2**60``:
+
+* ``R(x) = trunc(p(x) * 2**60)``, ``A = sum R`` (int64 sums; the residual);
+* the draft of c: ``Qw(x) = trunc(q_c(x) * 2**60)``, ``Q = sum Qw``, where ``q_c`` is the
+  transformed draft-logits row, or the draft-probability row; a draft-logits row that is
+  invalid, or a probability row that fails the probability-row check of section 3, is
+  *unusable*: ``Q = 0``.  The row is read only if c has a child.  Point-mass drafts: the
+  child x's own ``qn = one-hot(x)``;
+* for each child x (token y) in rank order i:
+
+  - if ``A == 0`` or ``Q == 0`` (point-mass: only ``A == 0``), or (``rsd`` only) y equals the
+    token of an earlier-tried sibling: the child is rejected, nothing changes, no coin;
+  - else ``rn = R(y) / A`` and ``qn = Qw(y) / Q`` (float64: each integer converted to float64,
+    then one correctly rounded division); accept iff ``u * qn < rn`` (strict, float64; ``u``
+    the coin below).  Accepted: emit y, ``accepted_nodes[j] = x``, ``c = x``, ``j += 1``,
+    continue the walk at x;
+  - rejected: for every token z, ``d(z) = R(z)/A - Qw(z)/Q`` (float64: two divisions as above,
+    one subtraction; point-mass: ``R(z)/A`` minus 1 at y), ``R'(z) = trunc(d(z) * 2**60)`` if
+    ``d(z) > 0`` else 0; ``A' = sum R'``.  ``rsd``: also ``Q' = Q - Qw(y)`` and
+    ``Qw'(y) = 0`` (y removed from the draft, renormalised implicitly through Q'); ``mss``
+    keeps ``Qw``.  This is ``r <- norm(max(r - q, 0))`` with r and q normalised.
+
+* every child rejected (or none): emit the draw of section 5 with weights ``R`` (sum A); if
+  ``A == 0``, with ``trunc(p * 2**60)``.  ``num_accepted = j``.
+
+*Greedy requests*: accept the first child (rank order) whose token is the lowest-index argmax
+of ``p_c``; none: emit the argmax.  No random number is used.
+
+*Randomness* (section 4's Philox, counter ``(j, tag, offset_lo, offset_hi)``): the coin of the
+child of rank i at depth j is ``u = w0 * 2**-32`` at ``tag = 2 * i`` (rank 0 uses tag 0, the
+chain's accept tag); the final draw at depth j uses ``U = w0 | (w1 << 32)`` at tag 1.  Along
+one walk each (j, i) is used at most once, so every coin is a fresh uniform.
+
+*Readings* (chosen, written here): the coin test ``u * qn < rn`` accepts with probability
+``min(1, rn / qn)`` (within 2**-32), and a child with ``qn = 0`` (the draft could not have
+proposed it) is accepted iff ``rn > 0``, as in section 1.  Duplicate siblings under ``mss`` are
+genuine i.i.d. draws and take the full rule (a rejected token has ``R'(y) = 0``, so its
+duplicate is rejected and the residual still updates, as the algorithm requires); under
+``rsd`` a duplicate cannot be drawn, and is skipped without touching the state.  An unusable
+draft row rejects every child of its node, which then emits from ``p_c`` (the law stays exact,
+as with section 3's unusable draft rows).  Weights come from the integer residual, so every
+``rn``, ``qn`` and ``d`` is at most about 1 and no sum can overflow int64; the values are
+exact for dyadic rows and otherwise within float64 rounding of the algorithm, and
+``exact_tree_law`` uses ``min(1, rn/qn)`` and the implemented weights.
+
+*Output*: ``token_ids`` [B, max_depth + 1] int32 (accepted tokens, the correction or bonus
+token, then -1), ``num_accepted`` [B] int32, ``accepted_nodes`` [B, max_depth] int32 (node
+index of each accepted token, -1 after), ``valid`` [B] bool.  Bit-identity across backends
+rests on integer sums and correctly rounded, unfused float64 divisions and subtractions.
+
 The vocabulary-split GPU pipeline (``triton_kernels/pipeline``) computes the same row
 statistics as this module by reductions over vocabulary chunks: maxima, lowest-index argmax,
 counts and the integer masses of sections 2 and 5 combine exactly in any order, so it emits
@@ -918,3 +990,7 @@ def accepted_length_law(p_rows, q_rows=None, draft_ids=None) -> np.ndarray:
         reach *= alpha[n]
     law[K] = reach
     return law
+
+
+# ----------------------------------------------------------------------------- trees
+from specops.reference_tree import exact_tree_law, verify_tree_ref  # noqa: E402,F401

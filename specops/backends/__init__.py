@@ -32,6 +32,13 @@ Functions (all return new tensors on the input's device):
 * ``sampling_probs(logits [N, V], inv_temp [N], top_k [N], top_p [N], min_p [N])
   -> (probs [N, V] float32 contiguous, valid [N] bool)`` == ``reference.sampling_probs_ref``.
 
+* ``verify_tree(target [B*N, V], target_is_probs, node_ids [B, N] int64, parents [B, N]
+  int64, num_nodes [B] int64, draft [B*N, V] or None, draft_is_probs, inv_temp, top_k,
+  top_p, min_p, seed, offset, max_depth: int, method: "rsd" | "mss") -> (token_ids
+  [B, max_depth+1] int32, num_accepted [B] int32, accepted_nodes [B, max_depth] int32,
+  valid [B] bool)`` == ``reference.verify_tree_ref`` (section 11): node n of request b reads
+  target / draft row ``b * N + n``.
+
 The single-purpose accept and residual-sample steps are views over ``verify`` (see
 ``specops/ops/accept.py`` and ``specops/ops/residual_sample.py``), not separate walks.
 Per-request [B] tensors may have any stride along B, including 0 (an expanded scalar).

@@ -36,3 +36,16 @@ def sampling_probs(logits, inv_temp, top_k, top_p, min_p):
     probs, valid = R.sampling_probs_ref(_np(logits), _np(inv_temp, N), _np(top_k, N),
                                         _np(top_p, N), _np(min_p, N))
     return torch.from_numpy(probs).to(logits.device), torch.from_numpy(valid).to(logits.device)
+
+
+def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, draft_is_probs,
+                inv_temp, top_k, top_p, min_p, seed, offset, max_depth, method="rsd"):
+    B, N = node_ids.shape
+    V = target.shape[-1]
+    draft_np = None if draft is None else _np(draft).reshape(B, N, V)
+    out = R.verify_tree_ref(
+        _np(target).reshape(B, N, V), target_is_probs, _np(node_ids), _np(parents),
+        _np(num_nodes, B), draft_np, draft_is_probs, _np(inv_temp, B), _np(top_k, B),
+        _np(top_p, B), _np(min_p, B), _np(seed, B), _np(offset, B), int(max_depth), method)
+    dev = target.device
+    return tuple(torch.from_numpy(t).to(dev) for t in out)
