@@ -11,6 +11,7 @@ from specops.ops.accept import accept_op
 from specops.ops.residual_sample import residual_sample_op
 from specops.ops.verify import verify_op
 from specops.ops.verify_method import verify_method_op
+from specops.ops.verify_tree import verify_tree_op
 
 __all__ = ["sampling_probs_op", "accept_op", "residual_sample_op", "verify_op",
-           "verify_method_op"]
+           "verify_method_op", "verify_tree_op"]

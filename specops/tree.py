@@ -1,0 +1,171 @@
+"""``specops.verify_tree``: exact verification of a draft tree (reference section 11).
+
+The checks follow ``specops.verify_block``'s rules (``specops.api``): types, shapes, dtypes
+and devices always; values as ``validate`` allows (``None``: CPU tensors and Python scalars,
+``True``: everything, which synchronises on CUDA, ``False``: nothing).  What is not checked
+on the host the backends guard: a malformed request emits -1, ``valid = False``, and nothing
+is read out of bounds.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from specops import api as _api
+from specops import reference as _ref
+from specops.backends import registry
+from specops.ops import verify_tree as _op
+
+
+class TreeVerifyOutput(NamedTuple):
+    """token_ids [B, D+1] int32: the accepted path's tokens, then the correction or bonus
+    token, then -1.  num_accepted [B] int32.  accepted_nodes [B, D] int32: the node index of
+    each accepted token (-1 after), for keeping the right KV-cache entries.  valid [B] bool:
+    False where a target row on the path was invalid or the request malformed."""
+    token_ids: torch.Tensor
+    num_accepted: torch.Tensor
+    accepted_nodes: torch.Tensor
+    valid: torch.Tensor
+
+
+def tree_depth(parent_ids: torch.Tensor, num_nodes: torch.Tensor) -> torch.Tensor:
+    """[B, N] depth of every node (root 0), -1 for absent nodes (parent -1, an absent
+    parent, or beyond num_nodes) and for nodes whose parent is not below them.  Computed on
+    the tensors' device, one vectorised step per node."""
+    B, N = parent_ids.shape
+    par = parent_ids.long()
+    depth = torch.full((B, N), -1, dtype=torch.int64, device=par.device)
+    depth[:, 0] = 0
+    for n in range(1, N):
+        a = par[:, n]
+        ok = (a >= 0) & (a < n) & (n < num_nodes)
+        up = depth.gather(1, a.clamp(0, N - 1)[:, None])[:, 0]
+        depth[:, n] = torch.where(ok & (up >= 0), up + 1, torch.full_like(up, -1))
+    return depth
+
+
+def _check_tree(node_ids, parents, num_nodes, V: int, max_depth, depth):
+    """Host checks of the tree's values (reference section 11's malformed trees)."""
+    B, N = parents.shape
+    if bool(((num_nodes < 1) | (num_nodes > N)).any()):
+        raise ValueError(f"num_nodes must be in [1, N={N}], got {num_nodes.tolist()}")
+    if bool((parents[:, 0] != -1).any()):
+        raise ValueError("parent_ids[:, 0] must be -1 (node 0 is the root)")
+    n = torch.arange(N, device=parents.device)
+    live = n[None, 1:] < num_nodes[:, None]
+    par = parents[:, 1:].long()
+    if bool((live & ((par < -1) | (par >= n[None, 1:]))).any()):
+        raise ValueError("parent_ids[b, n] must be -1 (an absent node) or in [0, n) for "
+                         "1 <= n < num_nodes[b]")
+    present = depth[:, 1:] >= 0
+    tok = node_ids[:, 1:].long()
+    if bool((present & ((tok < 0) | (tok >= V))).any()):
+        raise ValueError(f"node_token_ids must be in [0, V={V}) for every present node")
+    if bool((depth > max_depth).any()):
+        raise ValueError(f"max_depth={max_depth} is smaller than the tree's depth "
+                         f"({int(depth.max())})")
+
+
+def verify_tree(target_logits=None, node_token_ids=None, parent_ids=None, draft_probs=None, *,
+                target_probs=None, draft_logits=None, method="rsd", temperature=1.0, top_k=0,
+                top_p=1.0, min_p=0.0, num_nodes=None, max_depth=None, seed=None, offset=None,
+                generator=None, backend="auto", validate=None) -> TreeVerifyOutput:
+    """Verify a batch of draft trees exactly (reference section 11).
+
+    Per request b, nodes 0..N-1 (node 0 the root: the last committed token, its id ignored).
+    ``parent_ids`` [B, N] int: ``parent_ids[b, 0] = -1``, ``0 <= parent_ids[b, n] < n`` (or
+    -1: an absent, padding node).  ``node_token_ids`` [B, N] int.  ``target_logits`` [B, N, V]
+    (float32/bfloat16/float16) or ``target_probs`` [B, N, V] float32: row n is the target's
+    next-token distribution after the path root..n.  ``draft_probs`` [B, N, V] float32 or
+    ``draft_logits`` [B, N, V]: row n is the distribution the children of n were drawn from;
+    neither: point-mass drafts (the children are arbitrary proposals).  ``num_nodes`` [B]
+    (ragged trees; default N).
+
+    ``method``: "rsd" (siblings drawn without replacement, in node order, e.g. with
+    ``specops.sample_without_replacement``) or "mss" (siblings drawn i.i.d.).  Siblings are
+    tried in increasing node index.  ``max_depth``: the output width - 1; default the deepest
+    level of the trees, which reads ``parent_ids`` on the host (a synchronisation for CUDA
+    tensors): pass it under ``torch.compile``, CUDA-graph capture or ``validate=False``.
+    ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed``, ``offset``, ``generator``,
+    ``backend`` and ``validate`` as in ``specops.verify_block``.
+
+    Returns ``TreeVerifyOutput(token_ids [B, D+1] int32, num_accepted [B] int32,
+    accepted_nodes [B, D] int32, valid [B] bool)``.
+    """
+    _api._check_validate(validate)
+    if not isinstance(method, str) or method not in _op.METHODS:
+        raise ValueError(f"method must be 'rsd' or 'mss', got {method!r}")
+    if (target_logits is None) == (target_probs is None):
+        raise ValueError("pass exactly one of target_logits and target_probs")
+    if draft_probs is not None and draft_logits is not None:
+        raise ValueError("pass at most one of draft_probs and draft_logits")
+    is_probs = target_probs is not None
+    tname = "target_probs" if is_probs else "target_logits"
+    target = target_probs if is_probs else target_logits
+    _api._check_tensor(tname, target, (torch.float32,) if is_probs else _api.LOGIT_DTYPES, (3,))
+    device = target.device
+    B, N, V = target.shape
+    if N < 1 or not 1 <= V <= _ref.MAX_VOCAB:
+        raise ValueError(f"{tname} must have shape [B, N, V] with N >= 1 and 1 <= V <= "
+                         f"{_ref.MAX_VOCAB}, got {tuple(target.shape)}")
+    for name, t in (("node_token_ids", node_token_ids), ("parent_ids", parent_ids)):
+        if t is None:
+            raise ValueError(f"{name} is required")
+        _api._check_tensor(name, t, _api.ID_DTYPES, (2,), device)
+        if tuple(t.shape) != (B, N):
+            raise ValueError(f"{name} must have shape [B, N] = [{B}, {N}] to match {tname} "
+                             f"{tuple(target.shape)}, got {tuple(t.shape)}")
+    draft = draft_probs if draft_probs is not None else draft_logits
+    dname = "draft_probs" if draft_probs is not None else "draft_logits"
+    if draft is not None:
+        _api._check_tensor(dname, draft, (torch.float32,) if draft_probs is not None
+                           else _api.LOGIT_DTYPES, (3,), device)
+        if tuple(draft.shape) != (B, N, V):
+            raise ValueError(f"{dname} must have shape [B, N, V] = [{B}, {N}, {V}], got "
+                             f"{tuple(draft.shape)}")
+    if num_nodes is None:
+        num = _api._const_vec(N, B, torch.int64, device)
+    else:
+        num = _api._per_request("num_nodes", num_nodes, B, torch.int64, device,
+                                _api._Range(1, N, False, False, f"in [1, N={N}]"),
+                                validate=validate)
+    reads = _api._reads(validate, parent_ids) and _api._reads(validate, node_token_ids)
+    depth = tree_depth(parent_ids, num) if (reads or max_depth is None) else None
+    if max_depth is None:
+        if _api._tracing() or validate is False:
+            raise ValueError("verify_tree needs max_depth with validate=False, under "
+                             "torch.compile or CUDA-graph capture (the output width must not "
+                             "depend on tensor values)")
+        max_depth = int(depth.max()) if B > 0 else 0
+    else:
+        max_depth = _api._scalar("max_depth", max_depth, torch.int64,
+                                 _api._Range(0, N - 1, False, False, f"in [0, N-1={N - 1}]"))
+    if reads and B > 0:
+        _check_tree(node_token_ids, parent_ids, num, V, max_depth, depth)
+    inv_temp, top_k_t, top_p_t, min_p_t, all_greedy = _api._params(
+        temperature, top_k, top_p, min_p, B, device, is_probs, validate)
+    seed_t, offset_t = _api._seeds(seed, offset, generator, B, device, all_greedy, validate)
+    rows = target.reshape(B * N, V)
+    if rows.stride(-1) != 1:
+        rows = rows.contiguous()
+    drows = None
+    if draft is not None:
+        drows = draft.reshape(B * N, V)
+        if drows.stride(-1) != 1:
+            drows = drows.contiguous()
+    name = registry.resolve(backend, device)
+    args = (rows, is_probs, node_token_ids.long(), parent_ids.long(), num, drows,
+            draft_probs is not None, inv_temp, top_k_t, top_p_t, min_p_t, seed_t, offset_t,
+            int(max_depth), method)
+    if _api._eager_direct():
+        return TreeVerifyOutput(*_op.run(*args, name))
+    fix = [a if isinstance(a, torch.Tensor) or a is None or isinstance(a, (bool, str))
+           or i == 13 else _api._const_vec(a, B, dt, device)
+           for i, (a, dt) in enumerate(zip(args, _ARG_DTYPES))]
+    return TreeVerifyOutput(*_op.verify_tree_op(*fix, name))
+
+
+# dtype of each op argument when it arrives as a Python scalar (None: never a scalar)
+_ARG_DTYPES = (None, None, None, None, None, None, None, torch.float32, torch.int64,
+               torch.float32, torch.float32, torch.int64, torch.int64, None, None)
