@@ -120,6 +120,8 @@ constexpr const char* kRequestFields[] = {
     "target_row_start", "draft_row_start", "num_draft", "inv_temp", "top_k", "top_p",
     "min_p",            "seed",            "offset",    "forced_num_accepted"};
 constexpr const char* kRowFields[] = {"inv_temp", "top_k", "top_p", "min_p"};
+// The per-request parameter columns of verify_tree, in this order.
+constexpr const char* kTreeFields[] = {"inv_temp", "top_k", "top_p", "min_p", "seed", "offset"};
 
 py::handle item(py::tuple t, size_t i) { return PyTuple_GET_ITEM(t.ptr(), Py_ssize_t(i)); }
 
@@ -187,6 +189,9 @@ PYBIND11_MODULE(_C, m) {
   py::tuple row_fields(std::size(kRowFields));
   for (size_t i = 0; i < std::size(kRowFields); ++i) row_fields[i] = kRowFields[i];
   m.attr("ROW_FIELDS") = row_fields;
+  py::tuple tree_fields(std::size(kTreeFields));
+  for (size_t i = 0; i < std::size(kTreeFields); ++i) tree_fields[i] = kTreeFields[i];
+  m.attr("TREE_FIELDS") = tree_fields;
 
   m.def(
       "verify",
@@ -236,6 +241,59 @@ PYBIND11_MODULE(_C, m) {
       "be a Python float / int shared by every request); outputs: addresses of token_ids [B, max_k + 1] "
       "int32, num_accepted [B] int32, valid [B] bool; block: block verification (section 9); "
       "out_rates: address of accept_rates [B, max_k] float32 (section 10) or 0.");
+
+  m.def(
+      "verify_tree",
+      [](py::handle target, bool target_is_probs, py::handle draft, bool draft_is_probs,
+         py::handle node_ids, py::handle parents, py::handle num_nodes, py::tuple requests,
+         int64_t B, int64_t N, int64_t max_depth, bool mss, uintptr_t out_tokens,
+         uintptr_t out_num_accepted, uintptr_t out_nodes, uintptr_t out_valid) {
+        specops::check_isa_env();
+        if (B < 0 || N < 0 || max_depth < 0) fail("verify_tree: B, N, max_depth must be >= 0");
+        check_len(requests, std::size(kTreeFields), "verify_tree: requests");
+        specops::TreeArgs a;
+        Scalars sc;
+        a.target = matrix(target, "target", target_is_probs);
+        a.target_is_probs = target_is_probs;
+        a.draft = matrix(draft, "draft", draft_is_probs);
+        a.draft_is_probs = draft_is_probs;
+        // node n of request b is row b * N + n: the kernel indexes the matrices by that alone
+        if (B * N > 0 && (!a.target.ptr || a.target.rows != B * N))
+          fail("verify_tree: target must have B * N rows");
+        if (a.draft.ptr && (a.draft.rows != B * N || a.draft.cols != a.target.cols))
+          fail("verify_tree: draft must have the target's shape [B * N, V]");
+        a.node_ids = int_column(node_ids, "node_ids", B * N);
+        a.parents = int_column(parents, "parents", B * N);
+        a.num_nodes = int_column(num_nodes, "num_nodes", B, &sc.i[6]);  // a slot no field uses
+        a.params = transform_params(requests, 0, B, sc);
+        a.seed = int_column(item(requests, 4), kTreeFields[4], B, &sc.i[4]);
+        a.offset = int_column(item(requests, 5), kTreeFields[5], B, &sc.i[5]);
+        if (B > 0 && (!a.num_nodes.ptr || !a.seed.ptr || !a.offset.ptr))
+          fail("verify_tree: a per-request column is missing");
+        if (B * N > 0 && (!a.node_ids.ptr || !a.parents.ptr))
+          fail("verify_tree: node_ids and parents are required");
+        a.rsd = !mss;
+        a.B = B;
+        a.N = N;
+        a.max_depth = max_depth;
+        a.out_tokens = out_ptr<int32_t>(out_tokens, B, "out_tokens");
+        a.out_num_accepted = out_ptr<int32_t>(out_num_accepted, B, "out_num_accepted");
+        a.out_nodes = out_ptr<int32_t>(out_nodes, B * max_depth, "out_nodes");
+        a.out_valid = out_ptr<uint8_t>(out_valid, B, "out_valid");
+        py::gil_scoped_release nogil;
+        specops::verify_tree(a);
+      },
+      py::arg("target"), py::arg("target_is_probs"), py::arg("draft"), py::arg("draft_is_probs"),
+      py::arg("node_ids"), py::arg("parents"), py::arg("num_nodes"), py::arg("requests"),
+      py::arg("B"), py::arg("N"), py::arg("max_depth"), py::arg("mss"), py::arg("out_tokens"),
+      py::arg("out_num_accepted"), py::arg("out_nodes"), py::arg("out_valid"),
+      "Tree verification (reference.verify_tree_ref, section 11).  target / draft: matrix "
+      "views [B * N, V] (draft None: point-mass drafts); node_ids, parents: column views of "
+      "B * N entries (node n of request b at b * N + n); num_nodes: a column view [B]; "
+      "requests: one column view per name in TREE_FIELDS (each may be a Python number shared "
+      "by every request); mss: method 'mss' (else 'rsd'); outputs: addresses of token_ids "
+      "[B, max_depth + 1] int32, num_accepted [B] int32, accepted_nodes [B, max_depth] int32, "
+      "valid [B] bool.");
 
   m.def(
       "sampling_probs",

@@ -70,6 +70,33 @@ struct VerifyArgs {
 
 void verify(const VerifyArgs& a);
 
+// Tree verification (reference section 11).  Request b owns nodes b * N .. b * N + N - 1:
+// node n's token and parent at index b * N + n of node_ids / parents, its target (and draft)
+// row b * N + n of target (draft).
+struct TreeArgs {
+  Mat target;  // [B * N, V] logits, or float32 probabilities when target_is_probs
+  bool target_is_probs = false;
+  Mat draft;  // [B * N, V]; ptr == nullptr: point-mass drafts
+  bool draft_is_probs = false;
+  IntCol node_ids;  // [B * N]
+  IntCol parents;   // [B * N]
+  // per-request [B] columns
+  IntCol num_nodes;
+  TransformParams params;
+  IntCol seed;
+  IntCol offset;
+  bool rsd = true;  // false: mss (siblings drawn i.i.d.)
+  int64_t B = 0;
+  int64_t N = 0;
+  int64_t max_depth = 0;
+  int32_t* out_tokens = nullptr;        // [B, max_depth + 1]
+  int32_t* out_num_accepted = nullptr;  // [B]
+  int32_t* out_nodes = nullptr;         // [B, max_depth]
+  uint8_t* out_valid = nullptr;         // [B]
+};
+
+void verify_tree(const TreeArgs& a);
+
 // logits [N, V] -> probs [N, V] float32 contiguous, valid [N].
 void sampling_probs(const Mat& logits, const TransformParams& params, float* out_probs,
                     uint8_t* out_valid);

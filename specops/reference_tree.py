@@ -221,7 +221,7 @@ def _draft_sibling_laws(q, k: int, method: str):
 
 
 def exact_tree_law(target, draft, parents, V: int, method: str = "rsd",
-                   point_tokens=None, fallback: str = "residual"):
+                   point_tokens=None, fallback: str = "residual", drafting: Optional[str] = None):
     """Exact law of tree verification's output for a small tree (section 11), in float64.
 
     ``target(prefix) -> p`` and ``draft(prefix) -> q`` (float32 rows after a path of tokens)
@@ -230,7 +230,9 @@ def exact_tree_law(target, draft, parents, V: int, method: str = "rsd",
     ``point_tokens`` [N] (and ``draft`` None) the tokens are fixed proposals.  The output
     (accepted path, then the correction / bonus token, L tokens) is completed to D + 1 tokens
     by sampling the target, D the depth of the tree.  ``fallback="p"``: emit from p after
-    rejections (the classic mistake).  Returns ``law`` and ``target_law`` ([V] * (D + 1)),
+    rejections (the classic mistake); ``drafting`` ("rsd" / "mss", default ``method``): how
+    the siblings were drawn, so that a mismatch (rsd's rule on i.i.d. siblings) can be
+    measured.  Returns ``law`` and ``target_law`` ([V] * (D + 1)),
     ``tv``, and ``length_law`` (P(num_accepted = n), n = 0..D)."""
     N = len(parents)
     depth = tree_depths(parents, N, point_tokens if point_tokens is not None
@@ -311,7 +313,7 @@ def exact_tree_law(target, draft, parents, V: int, method: str = "rsd",
             draft_tree(order[1:], tokens, paths, w)
             return
         q = np.asarray(QF(paths[c]), dtype=np.float32)
-        for seq, ws in _draft_sibling_laws(q, len(kids), method):
+        for seq, ws in _draft_sibling_laws(q, len(kids), drafting or method):
             t2, p2 = dict(tokens), dict(paths)
             for x, y in zip(kids, seq):
                 t2[x] = y

@@ -4,7 +4,8 @@
 One op per module, each with its ``@triton.jit`` kernel ``_<op>_kernel`` and its launcher:
 ``sampling_probs`` (the transform), ``verify`` (the one verification walk, with its forced
 mode, run as the vocabulary-split pipeline of ``split.py`` or one program per request),
-``verify_block`` (block verification) and ``accept_rates`` (beta per position read).  The
+``verify_block`` (block verification), ``accept_rates`` (beta per position read) and
+``verify_tree`` (tree verification, reference section 11).  The
 launchers take the canonical arguments of ``specops.backends`` and run on the
 tensors' device (CUDA, or CPU under ``TRITON_INTERPRET=1``).
 """
@@ -14,6 +15,7 @@ from .split import filters_on
 from .verify import verify
 from .verify_block import verify_block
 from .accept_rates import accept_rates
+from .verify_tree import verify_tree
 
-__all__ = ["sampling_probs", "verify", "verify_block", "accept_rates", "filters_on",
-           "INTERPRETED"]
+__all__ = ["sampling_probs", "verify", "verify_block", "accept_rates", "verify_tree",
+           "filters_on", "INTERPRETED"]

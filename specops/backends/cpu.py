@@ -144,3 +144,46 @@ def sampling_probs(logits, inv_temp, top_k, top_p, min_p):
     _C.sampling_probs(_mat(lg), rows, probs.data_ptr(), valid.data_ptr())
     del keep
     return probs.to(dev), valid.to(dev)
+
+
+def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, draft_is_probs,
+                inv_temp, top_k, top_p, min_p, seed, offset, max_depth, method="rsd"):
+    if method not in ("rsd", "mss"):
+        raise ValueError(f"method must be 'rsd' or 'mss', got {method!r}")
+    dev = target.device
+    keep: list = []  # converted copies, alive until the call returns
+    tgt = _rows(target, bool(target_is_probs))
+    B, N = node_ids.shape
+    if tgt.size(0) != B * N:
+        raise ValueError(f"specops cpu backend: target has {tgt.size(0)} rows, expected "
+                         f"B * N = {B * N}")
+    I64, F32 = torch.int64, torch.float32
+    # [B, N] -> B * N entries, node n of request b at b * N + n (a view unless not contiguous)
+    flat = [t.reshape(-1) for t in (node_ids, parents)]
+    keep += flat
+    ids = _col(flat[0], I64, B * N, "node_ids", keep, True)
+    par = _col(flat[1], I64, B * N, "parents", keep, True)
+    nn = _col(num_nodes, I64, B, "num_nodes", keep, True)
+    requests = (_col(inv_temp, F32, B, "inv_temp", keep),
+                _col(top_k, I64, B, "top_k", keep, True),
+                _col(top_p, F32, B, "top_p", keep),
+                _col(min_p, F32, B, "min_p", keep),
+                _col(seed, I64, B, "seed", keep, True),
+                _col(offset, I64, B, "offset", keep, True))
+    dr = None
+    if draft is not None:
+        dr = _rows(draft, bool(draft_is_probs))
+        if tuple(dr.shape) != tuple(tgt.shape):
+            raise ValueError(f"specops cpu backend: draft has shape {tuple(dr.shape)}, target "
+                             f"{tuple(tgt.shape)}")
+    D = max(int(max_depth), 0)
+    tok = torch.empty((B, D + 1), dtype=torch.int32)
+    nacc = torch.empty(B, dtype=torch.int32)
+    nodes = torch.empty((B, D), dtype=torch.int32)
+    valid = torch.empty(B, dtype=torch.bool)
+    _C.verify_tree(_mat(tgt), bool(target_is_probs), None if dr is None else _mat(dr),
+                   bool(draft_is_probs), ids, par, nn, requests, B, N, D, method == "mss",
+                   tok.data_ptr(), nacc.data_ptr(), nodes.data_ptr(), valid.data_ptr())
+    del keep
+    out = (tok, nacc, nodes, valid)
+    return out if dev.type == "cpu" else tuple(t.to(dev) for t in out)

@@ -123,3 +123,14 @@ def sampling_probs(logits, inv_temp, top_k, top_p, min_p):
     _check_device(logits)
     return _K.sampling_probs(_rows(logits), _f32(inv_temp), _i64(top_k), _f32(top_p),
                              _f32(min_p))
+
+
+def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, draft_is_probs,
+                inv_temp, top_k, top_p, min_p, seed, offset, max_depth, method="rsd"):
+    _check_device(target)
+    B, dev = node_ids.shape[0], target.device
+    return _K.verify_tree(_rows(target), bool(target_is_probs), _i64(node_ids),
+                          _i64(parents), _i64(num_nodes, B, dev), _rows(draft),
+                          bool(draft_is_probs), _f32(inv_temp, B, dev), _i64(top_k, B, dev),
+                          _f32(top_p, B, dev), _f32(min_p, B, dev), _i64(seed, B, dev),
+                          _i64(offset, B, dev), int(max_depth), method)

@@ -1,0 +1,241 @@
+// Tree verification (reference section 11), one request at a time:
+//
+//   shape:  the depth of every present node, or the request is malformed (section 8: nothing
+//           is read, nothing emitted), checked before any row is read;
+//   walk:   at node c (depth j) read p_c; try c's children in rank order against the integer
+//           residual R (and the draft weights Qw of q_c, tree.h); the first child accepted
+//           becomes c; if none is, one draw from R (from p when R has no mass) ends the walk.
+//
+// Rows are read only along the walk: the target row of every node visited, the draft row of
+// a visited node that has children.  An invalid target row ends the request invalid.
+#include <algorithm>
+#include <vector>
+
+#include "core/parallel.h"
+#include "core/philox.h"
+#include "core/rows.h"
+#include "core/workspace.h"
+#include "draw/draw.h"
+#include "transform/transform.h"
+#include "verify/tree.h"
+
+namespace specops {
+namespace {
+
+// Per-thread scratch of the walk, grown on demand and never shrunk (as core/workspace.h's
+// Work, which holds the transform's rows): no allocation per request once warm.
+struct TreeWork {
+  std::vector<int64_t> R, Qw;   // residual and draft weights [V]
+  std::vector<uint64_t> rsum;   // R's sums per kDrawBlock tokens
+  std::vector<int64_t> depth;   // [N], -1: absent
+  std::vector<int64_t> tried;   // rsd: tokens of the siblings tried so far
+};
+
+TreeWork& tree_work() {
+  static thread_local TreeWork w;
+  return w;
+}
+
+template <class T>
+T* sized(std::vector<T>& v, int64_t n) {
+  if (int64_t(v.size()) < n) v.resize(size_t(n));
+  return v.data();
+}
+
+class TreeWalk {
+ public:
+  TreeWalk(const TreeArgs& a, int64_t b, Work& w, TreeWork& tw)
+      : a_(a), w_(w), tw_(tw), b_(b), base_(b * a.N), V_(a.target.cols), D_(a.max_depth),
+        out_(a.out_tokens + b * (a.max_depth + 1)), nodes_(a.out_nodes + b * a.max_depth) {
+    std::fill(out_, out_ + D_ + 1, -1);
+    std::fill(nodes_, nodes_ + D_, -1);
+    a.out_num_accepted[b] = 0;
+    a.out_valid[b] = 0;
+    inv_t_ = a.params.inv_temp[b];
+    top_k_ = a.params.top_k[b];
+    top_p_ = a.params.top_p[b];
+    min_p_ = a.params.min_p[b];
+    seed_ = uint64_t(a.seed[b]);
+    offset_ = uint64_t(a.offset[b]);
+  }
+
+  void run() {
+    if (params_malformed() || !shape_ok()) return;
+    int64_t c = 0, j = 0;
+    for (;;) {
+      int64_t x;
+      if (inv_t_ == 0.0f) {  // greedy: the first child whose token is the argmax
+        const int64_t best = greedy_argmax(c);
+        if (best < 0) return finish(j, -1);
+        x = child_after(c, c);
+        while (x >= 0 && id(x) != best) x = child_after(c, x);
+        if (x < 0) return finish(j, best);
+      } else {
+        const float* p = target_p(c);
+        if (!p) return finish(j, -1);
+        x = try_children(c, j, p);
+        if (x < 0) return finish(j, final_draw(j, p));
+      }
+      // x has depth j + 1 <= max_depth (shape_ok), so j < max_depth here
+      out_[j] = int32_t(id(x));
+      nodes_[j] = int32_t(x);
+      c = x;
+      ++j;
+    }
+  }
+
+ private:
+  int64_t id(int64_t n) const { return a_.node_ids[base_ + n]; }
+  int64_t parent(int64_t n) const { return a_.parents[base_ + n]; }
+
+  // Section 8's parameter rules (request.h's request_malformed, less the chain's draft ids).
+  bool params_malformed() const {
+    if (!params_ok(inv_t_, top_k_, top_p_, min_p_)) return true;
+    return a_.target_is_probs && !((inv_t_ == 0.0f || inv_t_ == 1.0f) && top_k_ == 0 &&
+                                   top_p_ == 1.0f && min_p_ == 0.0f);
+  }
+
+  // reference_tree.tree_depths: the depths (root 0, absent -1), false if malformed.  Only
+  // indices inside [0, N) are read: parents outside [-1, n) are rejected before use.
+  bool shape_ok() {
+    n_ = a_.num_nodes[b_];
+    if (n_ < 1 || n_ > a_.N || parent(0) != -1) return false;
+    depth_ = sized(tw_.depth, a_.N);
+    std::fill(depth_, depth_ + a_.N, -1);
+    depth_[0] = 0;
+    for (int64_t n = 1; n < n_; ++n) {
+      const int64_t p = parent(n);
+      if (p < -1 || p >= n) return false;
+      if (p == -1 || depth_[p] < 0) continue;  // absent (padding) node
+      depth_[n] = depth_[p] + 1;
+      const int64_t y = id(n);
+      if (y < 0 || y >= V_ || depth_[n] > D_) return false;
+    }
+    return true;
+  }
+
+  // The next child of c after node `after` (pass c for the first), -1 if none.
+  int64_t child_after(int64_t c, int64_t after) const {
+    for (int64_t n = after + 1; n < n_; ++n)
+      if (depth_[n] >= 0 && parent(n) == c) return n;
+    return -1;
+  }
+
+  // p_c: transformed (logits) or checked in full (probabilities); nullptr if invalid.
+  const float* target_p(int64_t c) {
+    const int64_t row = base_ + c;
+    if (a_.target_is_probs) {
+      const float* p = f32_row(a_.target, row);
+      return probs_row_valid(p, V_) ? p : nullptr;
+    }
+    RowP P;
+    if (!transform_row(a_.target, row, inv_t_, top_k_, top_p_, min_p_, grow(w_.et, V_), w_, P))
+      return nullptr;
+    P.materialize(V_);
+    return P.e;
+  }
+
+  // Greedy requests: the lowest-index argmax of p_c, -1 if the row is invalid.
+  int64_t greedy_argmax(int64_t c) {
+    const int64_t row = base_ + c;
+    if (!a_.target_is_probs) return greedy_argmax_row(a_.target, row, grow(w_.et, V_));
+    const float* p = f32_row(a_.target, row);
+    return probs_row_valid(p, V_) ? argmax_f32(p, V_) : -1;
+  }
+
+  // Qw = trunc(q_c * 2^60) and Q = sum Qw; Q = 0 for an unusable row.  A transformed row
+  // always passes the probability-row check (entries in [0, 1]; the argmax is kept, so
+  // p_max >= 1/V and the mass is about 1), so only probability rows are checked.
+  uint64_t draft_weights(int64_t c, int64_t* Qw) {
+    const int64_t row = base_ + c;
+    const float* q;
+    if (a_.draft_is_probs) {
+      q = f32_row(a_.draft, row);
+      if (!probs_row_valid(q, V_)) return 0;
+    } else {
+      RowP Q;
+      if (!transform_row(a_.draft, row, inv_t_, top_k_, top_p_, min_p_, grow(w_.ed, V_), w_, Q))
+        return 0;
+      Q.materialize(V_);
+      q = Q.e;
+    }
+    return integer_weights(q, V_, Qw, nullptr);
+  }
+
+  // The children of c in rank order i against the residual of p = p_c: returns the child
+  // accepted, or -1 with the residual left in res_ (A = 0 for a leaf: its draw is from p).
+  int64_t try_children(int64_t c, int64_t j, const float* p) {
+    res_.A = 0;
+    int64_t x = child_after(c, c);
+    if (x < 0) return -1;
+    res_.V = V_;
+    res_.R = sized(tw_.R, V_);
+    res_.block_sums = sized(tw_.rsum, (V_ + kDrawBlock - 1) / kDrawBlock);
+    res_.A = integer_weights(p, V_, res_.R, res_.block_sums);
+    int64_t* Qw = nullptr;  // point-mass drafts: each child's own one-hot
+    uint64_t Q = 0;
+    if (a_.draft.ptr) {
+      Qw = sized(tw_.Qw, V_);
+      Q = draft_weights(c, Qw);
+    }
+    std::vector<int64_t>& tried = tw_.tried;
+    tried.clear();
+    for (int64_t i = 0; x >= 0; ++i, x = child_after(c, x)) {
+      const int64_t y = id(x);
+      if (a_.rsd) {  // a duplicate cannot be drawn without replacement: skipped, no coin
+        if (std::find(tried.begin(), tried.end(), y) != tried.end()) continue;
+        tried.push_back(y);
+      }
+      // No mass left (or an unusable draft row): this child and every later one are
+      // rejected without a coin, and nothing changes.
+      if (res_.A == 0 || (Qw && Q == 0)) return -1;
+      const double u =
+          double(stream_words(seed_, offset_, uint64_t(j), uint32_t(2 * i)).w[0]) * 0x1p-32;
+      const double rn = weight_ratio(res_.R[y], res_.A);
+      const double qn = Qw ? weight_ratio(Qw[y], Q) : 1.0;
+      if (u * qn < rn) return x;
+      reject_update(res_, Qw, Q, y);
+      if (a_.rsd && Qw) {  // y leaves the draft, renormalised through Q
+        Q -= uint64_t(Qw[y]);
+        Qw[y] = 0;
+      }
+    }
+    return -1;
+  }
+
+  // Every child rejected (or none): the draw of section 5 over R, or over trunc(p * 2^60)
+  // when R has no mass (or was never formed: a leaf).  Stream tag 1 at depth j.
+  int64_t final_draw(int64_t j, const float* p) {
+    const uint64_t U = sample_uniform64(seed_, offset_, uint64_t(j));
+    return res_.A > 0 ? draw_residual(res_, U) : draw(p, nullptr, -1, V_, U, w_);
+  }
+
+  void finish(int64_t j, int64_t token) {
+    a_.out_num_accepted[b_] = int32_t(j);
+    if (token >= 0 && token < V_) {
+      out_[j] = int32_t(token);
+      a_.out_valid[b_] = 1;
+    }
+  }
+
+  const TreeArgs& a_;
+  Work& w_;
+  TreeWork& tw_;
+  const int64_t b_, base_, V_, D_;
+  int32_t* out_;
+  int32_t* nodes_;
+  float inv_t_, top_p_, min_p_;
+  int64_t top_k_;
+  uint64_t seed_, offset_;
+  int64_t n_ = 0;              // num_nodes of this request (after shape_ok)
+  int64_t* depth_ = nullptr;   // [N]
+  Residual res_;
+};
+
+}  // namespace
+
+void verify_tree(const TreeArgs& a) {
+  parallel_for(a.B, [&](int64_t b) { TreeWalk(a, b, work(), tree_work()).run(); });
+}
+
+}  // namespace specops

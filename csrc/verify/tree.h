@@ -1,0 +1,81 @@
+// The integer rows of tree verification (reference section 11): the residual R and the draft
+// weights Qw at scale 2^60, the update of R after a rejected child, and the final draw.
+//
+// Everything the walk compares or emits is an integer or a correctly rounded float64
+// operation on integers (the build uses -ffp-contract=off), so it is bit-identical to
+// specops/reference_tree.py whatever the order of the sums.
+#pragma once
+#include <algorithm>
+#include <cstdint>
+
+#include "core/float_bits.h"
+#include "draw/draw.h"
+#include "simd/passes.h"
+
+namespace specops {
+
+// The residual r of the node being verified: R[z] = trunc(r(z) * 2^60), its sums per
+// kDrawBlock tokens (so that the final draw scans one block, draw.h) and A = sum R.
+struct Residual {
+  int64_t* R = nullptr;
+  uint64_t* block_sums = nullptr;
+  int64_t V = 0;
+  uint64_t A = 0;
+};
+
+// R(z) / A: each integer converted to float64 (round to nearest, as numpy's astype), then
+// one correctly rounded division.  Sums stay below 2^63, so the int64 view is exact.
+inline double weight_ratio(int64_t w, uint64_t total) {
+  return double(w) / double(int64_t(total));
+}
+
+// W[i] = trunc(x[i] * 2^60) (the float32 product is exact for x in [0, 1]); the sums per
+// kDrawBlock tokens into block_sums when given.  Returns sum W.
+inline uint64_t integer_weights(const float* x, int64_t V, int64_t* W, uint64_t* block_sums) {
+  uint64_t total = 0;
+  for (int64_t k0 = 0; k0 < V; k0 += kDrawBlock) {
+    const int64_t k1 = std::min(V, k0 + kDrawBlock);
+    uint64_t s = 0;
+    for (int64_t i = k0; i < k1; ++i) {
+      W[i] = f2i64(x[i] * kWScaleF);
+      s += uint64_t(W[i]);
+    }
+    if (block_sums) block_sums[k0 / kDrawBlock] = s;
+    total += s;
+  }
+  return total;
+}
+
+// After rejecting token y (A > 0, Q > 0): R'(z) = trunc(d * 2^60) if d > 0 else 0, with
+// d = R(z)/A - Qw(z)/Q in float64 (two divisions, one subtraction); Qw == nullptr is the
+// point mass at y (Qw(z)/Q is 1 at y, 0 elsewhere).  d <= 1, so d * 2^60 fits an int64.
+// Shortcuts that change no bit: R(z) = 0 gives d <= 0 (Qw >= 0), and a zero Qw(z)/Q
+// subtracts +0.0, so neither needs its division.
+inline void reject_update(Residual& r, const int64_t* Qw, uint64_t Q, int64_t y) {
+  uint64_t total = 0;
+  for (int64_t k0 = 0; k0 < r.V; k0 += kDrawBlock) {
+    const int64_t k1 = std::min(r.V, k0 + kDrawBlock);
+    uint64_t s = 0;
+    for (int64_t z = k0; z < k1; ++z) {
+      if (r.R[z] == 0) continue;
+      double d = weight_ratio(r.R[z], r.A);
+      if (Qw ? Qw[z] != 0 : z == y) d = d - (Qw ? weight_ratio(Qw[z], Q) : 1.0);
+      r.R[z] = d > 0.0 ? int64_t(d * 0x1p60) : 0;
+      s += uint64_t(r.R[z]);
+    }
+    r.block_sums[k0 / kDrawBlock] = s;
+    total += s;
+  }
+  r.A = total;
+}
+
+// The draw of section 5 over R (A > 0): the smallest z with R(0) + ... + R(z) >
+// floor(U * A / 2^64); -1 if none.
+inline int64_t draw_residual(const Residual& r, uint64_t U) {
+  const int64_t nb = (r.V + kDrawBlock - 1) / kDrawBlock;
+  const int64_t* R = r.R;
+  return find_in_blocks(r.block_sums, nb, r.V, draw_threshold(U, r.A),
+                        [R](int64_t i) { return uint64_t(R[i]); });
+}
+
+}  // namespace specops
