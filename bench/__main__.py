@@ -405,6 +405,8 @@ def main(argv=None):
         emit(f"Target (issue 11): block at B=32, K=4, V=128256, t0.8 <= 3x the floor: "
              f"{xf:.2f}x: {'met' if xf <= 3.0 else 'NOT met'}.")
     emit()
+    from bench import bench_tree              # imports this module: load it lazily
+    bench_tree.section(emit, max(5, reps - 2), args.backend)
     emit("## Latency case: B=1, K=4, V=32000, t0.8 (whole call vs its parts)")
     emit()
     emit("| what | median us | min us |")

@@ -165,7 +165,20 @@ def exact_law_checks(model: lab.ToyModel, view: dict, K: int) -> (List[dict], di
     e_tok, e_blk = float(n @ res["length_law"]), float(n @ block["length_law"])
     out.append(_check("block_accepts_at_least_token_wise", e_blk >= e_tok - ALGEBRA_TOL,
                       f"block {e_blk:.6f} vs token-wise {e_tok:.6f}"))
+    # Tree verification (section 11) on the smallest tree that differs from a chain: two
+    # siblings at the root, drawn without replacement (rsd) or i.i.d. (mss).
+    tree = {m: R.exact_tree_law(model.target_fn(), model.draft_fn(), [-1, 0, 0], lab.V, m)
+            for m in ("rsd", "mss")}
+    single = 1.0 - float(lab.exact_law(model, 1)["length_law"][0])
+    for m, t in tree.items():
+        out.append(_check(f"tree_{m}_law_tv", t["tv"] <= EXACT_TOL, t["tv"]))
+    acc = {m: 1.0 - float(t["length_law"][0]) for m, t in tree.items()}
+    out.append(_check("tree_accepts_at_least_one_draft",
+                      min(acc.values()) >= single - ALGEBRA_TOL,
+                      f"rsd {acc['rsd']:.6f}, mss {acc['mss']:.6f} vs one draft {single:.6f}"))
     info = {"K": K, "tv": res["tv"], "wrong_fallback_tv": wrong["tv"],
+            "tree_tv": max(t["tv"] for t in tree.values()), "tree_accept": acc,
+            "single_accept": single,
             "length_law": res["length_law"].tolist(), "length_law_markov": ll.tolist(),
             "block_tv": block["tv"], "block_length_law": block["length_law"].tolist(),
             "expected_accepted_token": e_tok, "expected_accepted_block": e_blk}
@@ -646,6 +659,11 @@ def format_report(r: dict) -> str:
         L.append(f"  block verification (method=\"block\", K = {e['K']}): TV to the target = "
                  f"{_n(e['block_tv'], '.1e')}; E[accepted] {_n(e['expected_accepted_block'], '.4f')}"
                  f" vs token-wise {_n(e['expected_accepted_token'], '.4f')}")
+    if "tree_tv" in e:
+        L.append(f"  tree verification (verify_tree, 2 siblings at the root): TV to the target "
+                 f"= {_n(e['tree_tv'], '.1e')}; P(accept) rsd {_n(e['tree_accept']['rsd'], '.4f')}"
+                 f", mss {_n(e['tree_accept']['mss'], '.4f')} vs one draft "
+                 f"{_n(e['single_accept'], '.4f')}")
     L.append("")
     L.append(f"Sequence of {s['length']} tokens on {s['backend']} (seed {k['seed']}, "
              f"offset = step):")

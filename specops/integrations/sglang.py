@@ -1,0 +1,442 @@
+"""A drop-in for sgl-kernel's tree speculative sampling, backed by ``specops.verify_tree``.
+
+SGLang's EAGLE worker verifies its draft tree with sgl-kernel's
+``tree_speculative_sampling_target_only`` (``sgl-kernel/python/sgl_kernel/speculative.py``;
+CUDA in ``sgl-kernel/csrc/speculative/speculative_sampling.cu(h)``), called with keyword
+arguments from ``python/sglang/srt/speculative/eagle_info.py`` (``eagle_utils.py`` in older
+releases).  ``tree_speculative_sampling_target_only`` here has the same parameters, in the
+same order, and writes the same three outputs in place; ``tree_speculative_sampling`` is the
+exact variant that also uses the draft probabilities (sgl-kernel's ``FIXME: leverage draft
+probs``).  Neither imports SGLang or sgl-kernel.
+
+**sgl-kernel's layout** (``bs`` requests, ``n = candidates.shape[1]`` tree nodes each,
+vocabulary ``d``).  Node ``i`` of request ``b`` is slot ``[b, i]``; slot 0 is the root (the
+last verified token; its candidate is not a draft).
+
+* ``candidates`` [bs, n] int: the token of every node.
+* ``retrive_next_token`` [bs, n] int: the first child of node i (-1: a leaf);
+  ``retrive_next_sibling`` [bs, n] int: the next sibling of node i (-1: the last).  sgl-kernel
+  starts at the root, tries the children of the current node in first-child, next-sibling,
+  next-sibling... order, descends into the first one it accepts, and stops after
+  ``num_spec = accept_index.shape[1]`` levels (at most ``num_spec - 1`` accepted drafts).
+* ``retrive_index`` [bs, n] int: the flat position of node i in ``predicts``.
+* ``target_probs`` [bs, n, d] float32: row i is the target distribution after the path
+  root..i (SGLang passes softmax(logits / T) after its top-k / top-p / min-p renorms).
+* Outputs, written in place and nowhere else: ``accept_token_num[b]`` = number of accepted
+  drafts A; ``accept_index[b, 0] = retrive_index[b, 0]`` and ``accept_index[b, k]`` =
+  ``retrive_index`` of the k-th accepted node, ``k = 1..A`` (columns after A keep what the
+  caller put there, -1 in SGLang); ``predicts[accept_index[b, k]]`` = the token that follows
+  that node: the (k+1)-th accepted draft for ``k < A``, the correction / bonus token for
+  ``k = A`` (other entries of ``predicts`` are left as they are).
+
+**The mapping to ``verify_tree``** happens on the tensors' device with a fixed number of
+vectorised torch ops (no host synchronisation, no data-dependent shapes; usable under CUDA
+graph capture): the links are turned into each node's first-child/next-sibling "binary
+tree" parent, and pointer jumping (``ceil(log2 n)`` rounds) gives every node's reachability
+from the root, its depth in the tree and its tree parent.  Nodes are then renumbered by
+their depth in the binary tree (stable sort), which puts every parent before its children
+and every sibling after the siblings sgl-kernel tries before it: ``verify_tree`` tries
+children in increasing node index, so it tries them in exactly sgl-kernel's order.  Nodes
+deeper than ``max_depth = min(num_spec, n) - 1`` (never reached by sgl-kernel) and nodes not
+reachable from the root are absent.  ``target_probs`` (and ``draft_probs``) are gathered
+into the new node order (one copy of the [bs, n, d] tensor: ``verify_tree`` reads node i's
+row at index i), and the accepted nodes are mapped back to sgl's slots and
+``retrive_index``.  ``convert_tree`` exposes the conversion.
+
+**What differs from sgl-kernel.**
+
+* *Exactness.*  sgl-kernel accepts child y while ``coin <= p(y_1) + ... + p(y)`` (one coin
+  per node) and samples the correction from ``relu(p - tried siblings)``: exact for
+  distinct sibling tokens, in float32.  Here the walk is reference section 11 with point-mass
+  drafts: the same law, with integer residual weights, duplicate sibling tokens handled
+  exactly, and bit-identical results on every specops backend.
+* *Randomness.*  specops draws from its own Philox streams (reference section 4), never from
+  SGLang's float uniforms.  By default each request's 64-bit seed is derived on the device
+  from the bit patterns of that request's ``uniform_samples`` row and its
+  ``uniform_samples_for_final_sampling`` entry (``seeds_from_uniforms``: two 32-bit
+  multiply-add lanes, each mixed by a 32-bit integer finaliser), with ``offset`` as given
+  (default 0).  The output is then a deterministic function of the inputs, so SGLang's own
+  seeding (``torch.manual_seed``, its per-step ``torch.rand``) keeps runs reproducible, fresh
+  uniforms give a fresh stream, and no extra random number is drawn; only the uniforms'
+  entropy is used, never their values as coins.  Keyword ``seed`` (int or [bs] int64, with
+  optional ``offset``) or ``generator`` (a ``torch.Generator``) replace the derivation; with
+  no uniforms and neither keyword, seeds come from torch's default generator.
+* ``deterministic`` is accepted and ignored: specops is always deterministic.
+* ``draft_probs`` in the target-only function is ignored and *not* written (sgl-kernel uses
+  it as scratch).  The argument may be omitted: the newest sgl-kernel dropped it, and a
+  call in that newer positional form (a number in the ``draft_probs`` slot) is recognised.
+  ``uniform_samples_for_final_sampling`` may be omitted as in the oldest sgl-kernel.
+* An invalid target row on the accepted path (NaN, negative, mass outside (0, 4];
+  reference section 3) writes -1 at that position of ``predicts`` instead of a made-up
+  token; a malformed tree (a link outside [-1, n), a node that is the target of two links,
+  a link to the root, or a present node's candidate outside [0, d)) raises ``ValueError``
+  for CPU tensors and, on CUDA, writes ``accept_token_num = 0`` and -1 at the root's
+  ``predicts`` entry.  Both functions return the ``valid`` [bs] bool tensor (sgl-kernel
+  returns None).
+
+**Refused.**  ``threshold_single`` or ``threshold_acc`` other than 1.0: sgl-kernel's lossy
+relaxation (accept a child whose target probability is above ``threshold_single``, or when
+``coin <= prob_acc / threshold_acc``) changes the output law; specops only verifies exactly
+and raises ``ValueError``.
+
+**The exact variant** ``tree_speculative_sampling(..., draft_probs, method="rsd")``:
+``draft_probs`` [bs, n, d] float32 has the shape SGLang already allocates (zeros, in its
+verify step), with sgl-kernel's own indexing: row i is the draft distribution the children
+of node i were drawn from (sgl-kernel reads ``draft_probs`` at the parent's row and the
+child's token).  ``method="rsd"``: the children of a node were drawn without replacement
+from that row, in next-sibling order (e.g. ``specops.sample_without_replacement``);
+``"mss"``: drawn i.i.d.  Only then is the output law exact *and* the acceptance higher than
+the target-only walk's.  EAGLE's trees take the draft's top-k tokens deterministically; such
+children are not samples of q, and for them the target-only function (which treats every
+child as an arbitrary proposal) is the exact choice.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple, Optional
+
+import torch
+
+from specops import api as _api
+from specops.tree import verify_tree
+
+__all__ = ["tree_speculative_sampling_target_only", "tree_speculative_sampling",
+           "convert_tree", "SglTree", "seeds_from_uniforms"]
+
+_MASK32 = 0xFFFFFFFF
+
+
+class SglTree(NamedTuple):
+    """sgl-kernel's first-child / next-sibling tree in ``verify_tree``'s layout.
+
+    order [B, N] int64: ``order[b, m]`` = the sgl slot of new node m (new node 0 is the
+    root; present nodes first, in binary-tree depth order; absent ones after, in slot order).
+    parent_ids [B, N] int64: parent of new node m in new indices (-1 for the root and for
+    absent nodes).  present [B, N] bool: in new order.  depth [B, N] int64: tree depth of new
+    node m (-1: absent).  malformed [B] bool: the request's links are out of contract."""
+    order: torch.Tensor
+    parent_ids: torch.Tensor
+    present: torch.Tensor
+    depth: torch.Tensor
+    malformed: torch.Tensor
+
+
+def convert_tree(retrive_next_token: torch.Tensor, retrive_next_sibling: torch.Tensor,
+                 max_depth: Optional[int] = None) -> SglTree:
+    """Convert sgl-kernel's links to parent ids in a node order ``verify_tree`` walks the
+    way sgl-kernel does (see the module docstring).  On the links' device, ``O(log N)``
+    vectorised steps, no host synchronisation.  ``max_depth`` (default N - 1): nodes deeper
+    are absent.  A request is malformed if a link is outside [-1, N), a node is the target
+    of two links, or a link points at the root (node 0)."""
+    if retrive_next_token.dim() != 2 or retrive_next_token.shape != retrive_next_sibling.shape:
+        raise ValueError("retrive_next_token and retrive_next_sibling must both be [bs, n], got "
+                         f"{tuple(retrive_next_token.shape)} and "
+                         f"{tuple(retrive_next_sibling.shape)}")
+    B, N = retrive_next_token.shape
+    if max_depth is None:
+        max_depth = N - 1
+    dev = retrive_next_token.device
+    nt = retrive_next_token.to(device=dev, dtype=torch.int64)
+    ns = retrive_next_sibling.to(device=dev, dtype=torch.int64)
+    ar = torch.arange(N, device=dev, dtype=torch.int64)
+    bad = ((nt < -1) | (nt >= N) | (ns < -1) | (ns >= N)).any(1)
+
+    # every link (first-child links, then next-sibling links) as source -> target; links that
+    # are -1 or out of range go to the dummy slot N
+    tgt = torch.cat([nt, ns], 1)
+    tgt = torch.where((tgt >= 0) & (tgt < N), tgt, torch.full_like(tgt, N))
+    src = torch.cat([ar, ar]).expand(B, 2 * N)
+    is_child = torch.cat([torch.ones(N, dtype=torch.int64, device=dev),
+                          torch.zeros(N, dtype=torch.int64, device=dev)]).expand(B, 2 * N)
+    indeg = torch.zeros(B, N + 1, dtype=torch.int64, device=dev).scatter_add_(
+        1, tgt, torch.ones_like(tgt))
+    bad = bad | (indeg[:, :N] > 1).any(1) | (indeg[:, 0] > 0)
+    # binary-tree parent (the node whose first-child or next-sibling link points here) and
+    # whether that link is a first-child link; slot N is the dead sink
+    bp = torch.full((B, N + 1), -1, dtype=torch.int64, device=dev).scatter_reduce_(
+        1, tgt, src, "amax", include_self=True)
+    first = torch.zeros(B, N + 1, dtype=torch.int64, device=dev).scatter_reduce_(
+        1, tgt, is_child, "amax", include_self=True)
+    bp[:, 0] = -1
+    bp[:, N] = -1
+    first[:, N] = 0
+    linked = bp >= 0
+    sink = torch.full_like(bp, N)
+    anc = torch.where(linked, bp, sink)
+    anc[:, 0] = 0                                    # the root is its own ancestor
+    bdepth = linked.long()                           # binary-tree depth (child + sibling links)
+    depth = first * linked.long()                    # tree depth (child links only)
+    # the first sibling of every node's sibling chain (a node whose link is a child link, or
+    # that has no link, is its own head)
+    slots = torch.arange(N + 1, device=dev, dtype=torch.int64).expand(B, N + 1)
+    head = torch.where((first > 0) | ~linked, slots, bp)
+    for _ in range(max(1, (N - 1).bit_length())):
+        bdepth = bdepth + bdepth.gather(1, anc)
+        depth = depth + depth.gather(1, anc)
+        anc = anc.gather(1, anc)
+        head = head.gather(1, head)
+    reach = anc[:, :N] == 0
+    present = reach & (depth[:, :N] <= max_depth)
+    present[:, 0] = True
+    parent_old = bp.gather(1, head)[:, :N]           # tree parent, in sgl slots
+    key = torch.where(present, bdepth[:, :N], torch.full_like(ar, N).expand(B, N))
+    order = torch.sort(key, dim=1, stable=True).indices
+    new_of_old = torch.empty_like(order).scatter_(1, order, ar.expand(B, N).contiguous())
+    par = torch.where(present, new_of_old.gather(1, parent_old.clamp(0, N - 1)),
+                      torch.full_like(key, -1))
+    par[:, 0] = -1
+    dep = torch.where(present, depth[:, :N], torch.full_like(key, -1))
+    return SglTree(order, par.gather(1, order), present.gather(1, order), dep.gather(1, order),
+                   bad)
+
+
+def _mix32(x: torch.Tensor) -> torch.Tensor:
+    """A 32-bit integer finaliser on int64 values in [0, 2**32) (no int64 overflow)."""
+    x = x ^ (x >> 16)
+    x = (x * 0x45D9F3B) & _MASK32
+    x = x ^ (x >> 16)
+    x = (x * 0x45D9F3B) & _MASK32
+    return x ^ (x >> 16)
+
+
+def seeds_from_uniforms(uniform_samples: torch.Tensor,
+                        uniform_samples_for_final_sampling: Optional[torch.Tensor] = None
+                        ) -> torch.Tensor:
+    """[bs] int64 Philox seeds derived on the device from the bit patterns of each request's
+    uniforms (row b of ``uniform_samples`` [bs, n] and entry b of the final-sampling
+    uniforms [bs]): two independent 32-bit lanes, each a sum of ``(bits_i * M_i) mod 2**32``
+    with distinct odd multipliers, mixed by a 32-bit finaliser.  No host synchronisation."""
+    u = uniform_samples
+    if u.dim() == 1:
+        u = u[:, None]
+    if uniform_samples_for_final_sampling is not None:
+        u = torch.cat([u.reshape(u.shape[0], -1),
+                       uniform_samples_for_final_sampling.reshape(-1, 1).to(u.dtype)], 1)
+    u = u.reshape(u.shape[0], -1)
+    if u.dtype.itemsize == 4:
+        bits = u.contiguous().view(torch.int32).to(torch.int64) & _MASK32
+    else:                                   # other dtypes: their float32 bit pattern
+        bits = u.to(torch.float32).contiguous().view(torch.int32).to(torch.int64) & _MASK32
+    i = torch.arange(bits.shape[1], device=bits.device, dtype=torch.int64)
+    odd = 2 * i + 1
+    m1 = (odd * 0x9E3779B1) & _MASK32
+    m2 = (odd * 0x85EBCA77 + 0x27D4EB2F) & _MASK32 | 1
+    # each product < 2**64 would overflow: split the multiplier into 16-bit halves
+    def lane(m):
+        lo = (bits * (m & 0xFFFF)) & _MASK32
+        hi = ((bits * (m >> 16)) & 0xFFFF) << 16
+        return _mix32(((lo + hi) & _MASK32).sum(1) & _MASK32)
+    h1, h2 = lane(m1), _mix32(lane(m2) ^ 0x5BD1E995)
+    return (h1 - 2 ** 31) * (2 ** 32) + h2
+
+
+# ----------------------------------------------------------------------------- the calls
+def _is_number(x) -> bool:
+    return isinstance(x, (bool, int, float)) and not isinstance(x, torch.Tensor)
+
+
+def _check_thresholds(threshold_single, threshold_acc) -> None:
+    for name, v in (("threshold_single", threshold_single), ("threshold_acc", threshold_acc)):
+        if isinstance(v, torch.Tensor):
+            if v.numel() != 1:
+                raise ValueError(f"{name} must be a number, got a tensor of shape "
+                                 f"{tuple(v.shape)}")
+            v = v.item()
+        if float(v) != 1.0:
+            raise ValueError(
+                f"{name}={v!r}: specops verifies exactly and refuses sgl-kernel's relaxed "
+                f"acceptance (threshold_single / threshold_acc below 1 accept drafts the "
+                f"target would reject, which changes the output distribution); pass 1.0 "
+                f"(SGLang: --speculative-accept-threshold-single 1 "
+                f"--speculative-accept-threshold-acc 1, the defaults)")
+
+
+def _int_tensor(name, t, ndim):
+    if not isinstance(t, torch.Tensor):
+        raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.dtype.is_floating_point or t.dtype.is_complex or t.dtype == torch.bool:
+        raise TypeError(f"{name} must be an integer tensor, got {t.dtype}")
+    if t.dim() != ndim:
+        raise ValueError(f"{name} must be {ndim}-D, got shape {tuple(t.shape)}")
+
+
+def _run(predicts, accept_index, accept_token_num, candidates, retrive_index,
+         retrive_next_token, retrive_next_sibling, uniform_samples,
+         uniform_samples_for_final_sampling, target_probs, draft_probs, method, seed, offset,
+         generator, backend, validate, _verify=None):
+    if target_probs is None:
+        raise ValueError("target_probs is required")
+    if not isinstance(target_probs, torch.Tensor) or target_probs.dim() != 3:
+        raise ValueError("target_probs must be a [bs, n, vocab] tensor, got "
+                         f"{getattr(target_probs, 'shape', type(target_probs).__name__)}")
+    if target_probs.dtype != torch.float32:
+        raise TypeError(f"target_probs must be float32, got {target_probs.dtype}")
+    B, N, V = target_probs.shape
+    dev = target_probs.device
+    _int_tensor("predicts", predicts, 1)
+    _int_tensor("accept_index", accept_index, 2)
+    _int_tensor("accept_token_num", accept_token_num, 1)
+    for name, t in (("candidates", candidates), ("retrive_index", retrive_index),
+                    ("retrive_next_token", retrive_next_token),
+                    ("retrive_next_sibling", retrive_next_sibling)):
+        _int_tensor(name, t, 2)
+        if tuple(t.shape) != (B, N):
+            raise ValueError(f"{name} must have shape [bs, n] = [{B}, {N}] to match "
+                             f"target_probs {tuple(target_probs.shape)}, got {tuple(t.shape)}")
+    for name, t in (("predicts", predicts), ("accept_index", accept_index),
+                    ("accept_token_num", accept_token_num), ("candidates", candidates),
+                    ("retrive_index", retrive_index), ("retrive_next_token", retrive_next_token),
+                    ("retrive_next_sibling", retrive_next_sibling)):
+        if t.device != dev:
+            raise ValueError(f"{name} is on {t.device}, target_probs on {dev}")
+    if accept_index.shape[0] != B or accept_token_num.shape[0] != B:
+        raise ValueError(f"accept_index must be [bs={B}, num_spec] and accept_token_num "
+                         f"[bs={B}], got {tuple(accept_index.shape)} and "
+                         f"{tuple(accept_token_num.shape)}")
+    S = accept_index.shape[1]
+    if S < 1:
+        raise ValueError("accept_index must have at least one column (num_spec >= 1)")
+    if uniform_samples is not None and (not isinstance(uniform_samples, torch.Tensor)
+                                        or uniform_samples.shape[0] != B):
+        raise ValueError(f"uniform_samples must be a [bs={B}, n] tensor")
+    if uniform_samples_for_final_sampling is not None and (
+            not isinstance(uniform_samples_for_final_sampling, torch.Tensor)
+            or uniform_samples_for_final_sampling.numel() != B):
+        raise ValueError(f"uniform_samples_for_final_sampling must be a [bs={B}] tensor")
+    if draft_probs is not None:
+        if not isinstance(draft_probs, torch.Tensor) or tuple(draft_probs.shape) != (B, N, V):
+            raise ValueError(f"draft_probs must be a [bs, n, vocab] = [{B}, {N}, {V}] tensor "
+                             "(row i: the distribution the children of node i were drawn "
+                             f"from), got {getattr(draft_probs, 'shape', None)}")
+        if draft_probs.dtype != torch.float32 or draft_probs.device != dev:
+            raise TypeError(f"draft_probs must be float32 on {dev}, got {draft_probs.dtype} "
+                            f"on {draft_probs.device}")
+    _api._check_validate(validate)
+    D = min(S, N) - 1
+
+    tree = convert_tree(retrive_next_token, retrive_next_sibling, D)
+    if _api._reads(validate, retrive_next_token) and _api._reads(validate,
+                                                                 retrive_next_sibling):
+        bad = tree.malformed.nonzero().flatten().tolist()
+        if bad:
+            raise ValueError(
+                f"malformed sgl tree in request(s) {bad}: every retrive_next_token / "
+                f"retrive_next_sibling entry must be -1 or in [0, n={N}), no node may be the "
+                "target of two links, and no link may point at the root (node 0)")
+    parents = tree.parent_ids.clone()
+    parents[:, 0] = torch.where(tree.malformed, 0, -1)        # malformed: refused by the walk
+    order = tree.order
+    tokens = torch.where(tree.present, candidates.long().gather(1, order),
+                         torch.zeros_like(order))
+    idx3 = order[:, :, None].expand(B, N, V)
+    target = target_probs.gather(1, idx3)
+    draft = None if draft_probs is None else draft_probs.gather(1, idx3)
+    if seed is None and generator is None and uniform_samples is not None:
+        seed = seeds_from_uniforms(uniform_samples, uniform_samples_for_final_sampling)
+    if validate is None and dev.type != "cpu":
+        validate = False
+    verify = verify_tree if _verify is None else _verify
+    out = verify(None, tokens, parents, draft, target_probs=target, method=method,
+                 max_depth=D, seed=seed, offset=offset, generator=generator,
+                 backend=backend, validate=validate)
+    _write_outputs(out, order, retrive_index, predicts, accept_index, accept_token_num, D)
+    return out.valid
+
+
+def _write_outputs(out, order, retrive_index, predicts, accept_index, accept_token_num, D):
+    """Write verify_tree's result into sgl-kernel's three output tensors, in place."""
+    B, N = order.shape
+    ri = retrive_index.long()
+    nacc = out.num_accepted.long()
+    k = torch.arange(D + 1, device=order.device, dtype=torch.int64)
+    used = k[None, :] <= nacc[:, None]                             # [B, D+1]
+    new_nodes = torch.cat([torch.zeros(B, 1, dtype=torch.int64, device=order.device),
+                           out.accepted_nodes.long()], 1)          # root, then accepted
+    slots = order.gather(1, new_nodes.clamp(0, N - 1))
+    acc = ri.gather(1, slots)
+    cols = accept_index[:, :D + 1]
+    cols.copy_(torch.where(used, acc.to(accept_index.dtype), cols))
+    accept_token_num.copy_(nacc.to(accept_token_num.dtype))
+    P = predicts.shape[0]
+    where = torch.where(used & (acc >= 0) & (acc < P), acc, torch.full_like(acc, P))
+    buf = torch.cat([predicts, predicts.new_zeros(1)])
+    buf.scatter_(0, where.reshape(-1), out.token_ids.reshape(-1).to(predicts.dtype))
+    predicts.copy_(buf[:P])
+
+
+def tree_speculative_sampling_target_only(
+        predicts: torch.Tensor,                       # mutable
+        accept_index: torch.Tensor,                   # mutable
+        accept_token_num: torch.Tensor,               # mutable
+        candidates: torch.Tensor,
+        retrive_index: torch.Tensor,
+        retrive_next_token: torch.Tensor,
+        retrive_next_sibling: torch.Tensor,
+        uniform_samples: Optional[torch.Tensor] = None,
+        uniform_samples_for_final_sampling: Optional[torch.Tensor] = None,
+        target_probs: Optional[torch.Tensor] = None,
+        draft_probs: Optional[torch.Tensor] = None,
+        threshold_single: float = 1.0,
+        threshold_acc: float = 1.0,
+        deterministic: bool = True,
+        *, seed=None, offset=None, generator: Optional[torch.Generator] = None,
+        backend: str = "auto", validate: Optional[bool] = None) -> torch.Tensor:
+    """sgl-kernel's ``tree_speculative_sampling_target_only``, verified exactly by specops.
+
+    Same parameters in the same order, same in-place outputs (``predicts``,
+    ``accept_index``, ``accept_token_num``; see the module docstring for the layout).  Every
+    child is an arbitrary proposal (point-mass drafts, as in sgl-kernel, which ignores the
+    draft probabilities): the emitted tokens follow the target distribution exactly.
+    ``draft_probs`` is ignored and never written.  ``threshold_single`` and
+    ``threshold_acc`` must be 1.0 (ValueError otherwise); ``deterministic`` is ignored.
+    Keyword-only: ``seed`` / ``offset`` / ``generator`` replace the seeds derived from the
+    uniforms; ``backend`` and ``validate`` as in ``specops.verify_tree`` (validate defaults
+    to False for CUDA tensors, so nothing synchronises).  Returns ``valid`` [bs] bool.
+    """
+    if _is_number(draft_probs):       # the newest sgl-kernel: (..., target_probs, ts, ta, det)
+        threshold_single, threshold_acc, deterministic = (draft_probs, threshold_single,
+                                                          threshold_acc)
+    _check_thresholds(threshold_single, threshold_acc)
+    return _run(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                retrive_next_token, retrive_next_sibling, uniform_samples,
+                uniform_samples_for_final_sampling, target_probs, None, "rsd", seed, offset,
+                generator, backend, validate)
+
+
+def tree_speculative_sampling(
+        predicts: torch.Tensor,                       # mutable
+        accept_index: torch.Tensor,                   # mutable
+        accept_token_num: torch.Tensor,               # mutable
+        candidates: torch.Tensor,
+        retrive_index: torch.Tensor,
+        retrive_next_token: torch.Tensor,
+        retrive_next_sibling: torch.Tensor,
+        uniform_samples: Optional[torch.Tensor] = None,
+        uniform_samples_for_final_sampling: Optional[torch.Tensor] = None,
+        target_probs: Optional[torch.Tensor] = None,
+        draft_probs: Optional[torch.Tensor] = None,
+        threshold_single: float = 1.0,
+        threshold_acc: float = 1.0,
+        deterministic: bool = True,
+        *, method: str = "rsd", seed=None, offset=None,
+        generator: Optional[torch.Generator] = None, backend: str = "auto",
+        validate: Optional[bool] = None) -> torch.Tensor:
+    """The exact tree verification that uses the draft probabilities.
+
+    Arguments and outputs as ``tree_speculative_sampling_target_only``, plus
+    ``draft_probs`` [bs, n, vocab] float32 (required): row i is the draft distribution the
+    children of node i were drawn from (sgl-kernel's indexing: the parent's row).
+    ``method="rsd"``: the children were drawn without replacement in next-sibling order;
+    ``"mss"``: i.i.d.  (Children not drawn from that row, such as EAGLE's top-k, need the
+    target-only function.)  Returns ``valid`` [bs] bool.
+    """
+    if draft_probs is None:
+        raise ValueError("tree_speculative_sampling needs draft_probs [bs, n, vocab] (row i: "
+                         "the distribution the children of node i were drawn from); without "
+                         "it use tree_speculative_sampling_target_only")
+    if not isinstance(method, str) or method not in ("rsd", "mss"):
+        raise ValueError(f"method must be 'rsd' or 'mss', got {method!r}")
+    _check_thresholds(threshold_single, threshold_acc)
+    return _run(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                retrive_next_token, retrive_next_sibling, uniform_samples,
+                uniform_samples_for_final_sampling, target_probs, draft_probs, method, seed,
+                offset, generator, backend, validate)
