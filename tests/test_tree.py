@@ -312,3 +312,20 @@ def test_op_registration():
     got = fn(*args)
     want = verify_tree_op(*args)
     assert all(torch.equal(x, y) for x, y in zip(got, want))
+
+
+@pytest.mark.parametrize("backend", NATIVE)
+def test_validate_false_reads_nothing_on_the_host(backend):
+    """With max_depth and validate=False the call reads no tensor value on the host (CUDA
+    graphs, torch.compile) and gives the checked call's tokens."""
+    from tests.test_sync_free import no_host_reads
+    kw = _small(B=3)
+    for extra in (dict(method="rsd"), dict(method="mss", temperature=torch.tensor([0.0, 1.0, 0.7])),
+                  dict(draft_logits=None)):
+        args = {**kw, **extra}
+        want = specops.verify_tree(**args, seed=torch.arange(3), backend=backend)
+        with no_host_reads() as seen:
+            got = specops.verify_tree(**args, seed=torch.arange(3), max_depth=2,
+                                      validate=False, backend=backend)
+        assert not seen, seen
+        assert all(torch.equal(x, y) for x, y in zip(want, got))

@@ -30,8 +30,8 @@ last verified token; its candidate is not a draft).
   ``k = A`` (other entries of ``predicts`` are left as they are).
 
 **The mapping to ``verify_tree``** happens on the tensors' device with a fixed number of
-vectorised torch ops (no host synchronisation, no data-dependent shapes; usable under CUDA
-graph capture): the links are turned into each node's first-child/next-sibling "binary
+vectorised torch ops (no host synchronisation, no data-dependent shapes, so nothing stands
+in the way of CUDA-graph capture): the links are turned into each node's first-child/next-sibling "binary
 tree" parent, and pointer jumping (``ceil(log2 n)`` rounds) gives every node's reachability
 from the root, its depth in the tree and its tree parent.  Nodes are then renumbered by
 their depth in the binary tree (stable sort), which puts every parent before its children
@@ -206,12 +206,10 @@ def seeds_from_uniforms(uniform_samples: torch.Tensor,
     uniforms [bs]): two independent 32-bit lanes, each a sum of ``(bits_i * M_i) mod 2**32``
     with distinct odd multipliers, mixed by a 32-bit finaliser.  No host synchronisation."""
     u = uniform_samples
-    if u.dim() == 1:
-        u = u[:, None]
+    u = u[:, None] if u.dim() == 1 else u.flatten(1)
     if uniform_samples_for_final_sampling is not None:
-        u = torch.cat([u.reshape(u.shape[0], -1),
-                       uniform_samples_for_final_sampling.reshape(-1, 1).to(u.dtype)], 1)
-    u = u.reshape(u.shape[0], -1)
+        u = torch.cat([u, uniform_samples_for_final_sampling.reshape(u.shape[0], 1).to(
+            device=u.device, dtype=u.dtype)], 1)
     if u.dtype.itemsize == 4:
         bits = u.contiguous().view(torch.int32).to(torch.int64) & _MASK32
     else:                                   # other dtypes: their float32 bit pattern
@@ -327,6 +325,12 @@ def _run(predicts, accept_index, accept_token_num, candidates, retrive_index,
     order = tree.order
     tokens = torch.where(tree.present, candidates.long().gather(1, order),
                          torch.zeros_like(order))
+    if _api._reads(validate, candidates):
+        bad = (tree.present[:, 1:] & ((tokens[:, 1:] < 0) | (tokens[:, 1:] >= V))).any(1)
+        bad = bad.nonzero().flatten().tolist()
+        if bad:
+            raise ValueError(f"candidates of request(s) {bad} hold a token outside "
+                             f"[0, vocab={V}) at a node of the tree")
     idx3 = order[:, :, None].expand(B, N, V)
     target = target_probs.gather(1, idx3)
     draft = None if draft_probs is None else draft_probs.gather(1, idx3)
@@ -392,9 +396,9 @@ def tree_speculative_sampling_target_only(
     uniforms; ``backend`` and ``validate`` as in ``specops.verify_tree`` (validate defaults
     to False for CUDA tensors, so nothing synchronises).  Returns ``valid`` [bs] bool.
     """
+    del deterministic                 # specops is always deterministic
     if _is_number(draft_probs):       # the newest sgl-kernel: (..., target_probs, ts, ta, det)
-        threshold_single, threshold_acc, deterministic = (draft_probs, threshold_single,
-                                                          threshold_acc)
+        threshold_single, threshold_acc = draft_probs, threshold_single
     _check_thresholds(threshold_single, threshold_acc)
     return _run(predicts, accept_index, accept_token_num, candidates, retrive_index,
                 retrive_next_token, retrive_next_sibling, uniform_samples,
@@ -429,6 +433,7 @@ def tree_speculative_sampling(
     ``"mss"``: i.i.d.  (Children not drawn from that row, such as EAGLE's top-k, need the
     target-only function.)  Returns ``valid`` [bs] bool.
     """
+    del deterministic                 # specops is always deterministic
     if draft_probs is None:
         raise ValueError("tree_speculative_sampling needs draft_probs [bs, n, vocab] (row i: "
                          "the distribution the children of node i were drawn from); without "
