@@ -7,8 +7,12 @@
   transformers' ``_speculative_sampling``, backed by specops) and ``generate`` (batched
   speculative decoding for Hugging Face causal LMs, also ``specops.generate``).  Importing
   it needs transformers only for ``generate``'s cache handling.
+* ``specops.integrations.sglang``: ``tree_speculative_sampling_target_only`` (sgl-kernel's
+  tree verification, same arguments, outputs written in place) and the exact variant with
+  draft probabilities, ``tree_speculative_sampling``; both backed by ``specops.verify_tree``.
+  Needs neither SGLang nor sgl-kernel.
 
 Nothing here is imported by ``import specops``: each submodule is imported on first use.
 """
 
-__all__ = ["vllm", "hf"]
+__all__ = ["vllm", "hf", "sglang"]
