@@ -2,7 +2,7 @@
 bundled ptxas) and check the PTX for what would break bitwise agreement with the reference:
 no fused multiply-add on floats, no approximate division / reciprocal / exp, no flush to zero.
 
-    python bench/gpu_compile_check.py [--arch 90] [--only fused|split|block]
+    python bench/gpu_compile_check.py [--arch 90] [--only fused|split|block|tree]
                                                      (a few minutes on 2 cores)
 """
 from __future__ import annotations
@@ -114,14 +114,34 @@ def block_variants():
                     dict(BLOCK=block, T_PROBS=tp, Q_MODE=qm, BLOCK_V=1024, MAXK_P2=16)
 
 
+def tree_variants():
+    """Tree verification (verify_tree.py): target dtype x draft mode x method."""
+    K = TB._K.__name__
+    vt = importlib.import_module(K + ".verify_tree")
+    for tp, tdt in ((False, "*bf16"), (False, "*fp32"), (True, "*fp32")):
+        for qm, qdt in ((0, "*fp32"), (1, "*fp32"), (2, tdt)):
+            if tp and qm == 2:
+                continue
+            for rsd in (False, True):
+                yield vt._verify_tree_kernel, dict(
+                    t_ptr=tdt, t_stride="i64", ids_ptr="*i64", par_ptr="*i64",
+                    n_nodes_ptr="*i64", q_ptr=qdt, q_stride="i64", inv_t_ptr="*fp32",
+                    top_k_ptr="*i64", top_p_ptr="*fp32", min_p_ptr="*fp32", seed_ptr="*i64",
+                    offset_ptr="*i64", r_ptr="*i64", qw_ptr="*i64", tok_ptr="*i32",
+                    nacc_ptr="*i32", nodes_ptr="*i32", valid_ptr="*i1", N="i32", V="i32",
+                    D="i32"), dict(T_PROBS=tp, Q_MODE=qm, RSD=rsd, BLOCK_V=1024, N_P2=16,
+                                   OUT_P2=16)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--arch", type=int, default=90)
-    ap.add_argument("--only", choices=("fused", "split", "block"), default=None)
+    ap.add_argument("--only", choices=("fused", "split", "block", "tree"), default=None)
     args = ap.parse_args()
     target = GPUTarget("cuda", args.arch, 32)
     failures = 0
-    todo = {"fused": variants, "split": split_variants, "block": block_variants}
+    todo = {"fused": variants, "split": split_variants, "block": block_variants,
+            "tree": tree_variants}
     for fn, sig, consts in (v for name, gen in todo.items() if args.only in (None, name)
                             for v in gen()):
         order = fn.arg_names
@@ -133,7 +153,8 @@ def main():
         status = "ok" if not bad else f"SUSPICIOUS {dict(bad)}"
         failures += bool(bad)
         shown = {k: v for k, v in consts.items() if k not in ("forced_ptr", "BLOCK_V",
-                                                              "MAXK_P2", "OUT_P2", "CP2")}
+                                                              "MAXK_P2", "OUT_P2", "CP2",
+                                                              "N_P2")}
         print(f"{fn.__name__:26s} {str(shown):90s} {status}", flush=True)
     print("all variants compiled for sm_%d; %s" % (args.arch, "PTX clean" if not failures
                                                     else f"{failures} suspicious"))

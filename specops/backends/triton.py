@@ -1,4 +1,4 @@
-"""The Triton backend: the two canonical functions (see ``specops.backends``) launched as
+"""The Triton backend: the canonical functions (see ``specops.backends``) launched as
 ``@triton.jit`` kernels on the input tensors' device -- CUDA, or CPU under
 ``TRITON_INTERPRET=1`` (set before triton is first imported), which is how CI tests it.
 
@@ -18,7 +18,9 @@ Layout: sampling_probs runs one program per row,
 looping over the vocabulary in tiles of ``BLOCK_V`` lanes (masked past V).
 ``verify`` does no host synchronisation (CUDA-graph capturable).  It runs the vocabulary-split
 pipeline (``split.py``) or one program per request, as the bandwidth model in
-``_launch.use_split`` decides from the shapes.
+``_launch.use_split`` decides from the shapes.  ``verify_tree`` (reference section 11) runs
+one program per request (``triton_kernels/verify_tree.py``), also without host
+synchronisation; it allocates two [B, V] int64 scratch rows per call.
 """
 from __future__ import annotations
 

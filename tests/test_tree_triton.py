@@ -70,7 +70,7 @@ def test_tiles(kind, monkeypatch):
     """V = 100 in 16-lane tiles: the weight passes, the residual update and the search of
     the draw all cross tiles."""
     _small_tiles(monkeypatch)
-    for seed in (2, 3):
+    for seed in ((2,) if kind == "filters" else (2, 3)):     # filters: 8 radix rounds a row
         check(make_tree_case(kind, 100, 8, B=3, seed=seed))
 
 
@@ -230,3 +230,12 @@ def test_dyadic_rows():
                        top_p=torch.ones(B), min_p=torch.zeros(B),
                        seed=torch.arange(B) + 10 * seed, offset=torch.zeros(B, dtype=torch.int64),
                        max_depth=2, method=method))
+
+
+def test_no_host_reads():
+    """The launcher reads no tensor value on the host (output shapes from max_depth)."""
+    from tests.test_sync_free import no_host_reads
+    kw = _dev(make_tree_case("logits_rsd", 7, 5, B=3, seed=12))
+    with no_host_reads() as seen:
+        TB.verify_tree(**kw)
+    assert not seen, seen
