@@ -48,19 +48,20 @@ inline uint64_t integer_weights(const float* x, int64_t V, int64_t* W, uint64_t*
 
 // After rejecting token y (A > 0, Q > 0): R'(z) = trunc(d * 2^60) if d > 0 else 0, with
 // d = R(z)/A - Qw(z)/Q in float64 (two divisions, one subtraction); Qw == nullptr is the
-// point mass at y (Qw(z)/Q is 1 at y, 0 elsewhere).  d <= 1, so d * 2^60 fits an int64.
-// Shortcuts that change no bit: R(z) = 0 gives d <= 0 (Qw >= 0), and a zero Qw(z)/Q
-// subtracts +0.0, so neither needs its division.
+// point mass at y (Qw(z)/Q is 1 at y, 0 elsewhere).  -1 <= d <= 1, so d * 2^60 converts to
+// int64 whatever its sign, and max(trunc(d * 2^60), 0) is the rule without a branch on the
+// sign of d (unpredictable: a branch there costs several times the two divisions).
 inline void reject_update(Residual& r, const int64_t* Qw, uint64_t Q, int64_t y) {
+  const double A = double(int64_t(r.A)), Qd = double(int64_t(Q));
   uint64_t total = 0;
   for (int64_t k0 = 0; k0 < r.V; k0 += kDrawBlock) {
     const int64_t k1 = std::min(r.V, k0 + kDrawBlock);
     uint64_t s = 0;
     for (int64_t z = k0; z < k1; ++z) {
-      if (r.R[z] == 0) continue;
-      double d = weight_ratio(r.R[z], r.A);
-      if (Qw ? Qw[z] != 0 : z == y) d = d - (Qw ? weight_ratio(Qw[z], Q) : 1.0);
-      r.R[z] = d > 0.0 ? int64_t(d * 0x1p60) : 0;
+      const double qn = Qw ? double(Qw[z]) / Qd : (z == y ? 1.0 : 0.0);
+      const double d = double(r.R[z]) / A - qn;
+      const int64_t w = int64_t(d * 0x1p60);  // >= 1 only where d > 0
+      r.R[z] = std::max<int64_t>(w, 0);
       s += uint64_t(r.R[z]);
     }
     r.block_sums[k0 / kDrawBlock] = s;

@@ -39,6 +39,7 @@ def _(target, target_is_probs, node_ids, parents, num_nodes, draft, draft_is_pro
       top_k, top_p, min_p, seed, offset, max_depth, method, backend):
     B = node_ids.shape[0]
     dev = target.device
+    max_depth = max(max_depth, 0)                 # the backends' reading of a negative depth
     return (torch.empty((B, max_depth + 1), dtype=torch.int32, device=dev),
             torch.empty((B,), dtype=torch.int32, device=dev),
             torch.empty((B, max_depth), dtype=torch.int32, device=dev),

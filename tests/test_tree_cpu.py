@@ -133,9 +133,9 @@ def test_draft_equal_to_target(method):
 
 
 def test_dyadic_rows_and_duplicates():
-    """Exact (dyadic) probabilities, every child a duplicate of the first: rsd skips them,
-    mss runs the full rule on each."""
-    V, N, B = 4, 5, 2
+    """Exact (dyadic) probabilities and repeated sibling tokens: rsd skips the repeats, mss
+    runs the full rule on each; with and without a draft row."""
+    N, B = 5, 2
     p = torch.tensor([0.5, 0.25, 0.125, 0.125]).repeat(B * N, 1)
     q = torch.tensor([0.25, 0.25, 0.25, 0.25]).repeat(B * N, 1)
     parents = torch.tensor([[-1, 0, 0, 0, 0]] * B)
@@ -216,13 +216,15 @@ def test_layouts_and_int32_ids():
                num_nodes=kw["num_nodes"].int())
     got = cpu().verify_tree(**kw2)
     assert all(torch.equal(w, g) for w, g in zip(want, got))
-    # non-contiguous node_ids / parents and strided targets
+    # non-contiguous node_ids / parents and targets with a row stride
     kw3 = dict(kw, node_ids=kw["node_ids"].t().contiguous().t(),
                parents=kw["parents"].t().contiguous().t(),
-               target=torch.cat([kw["target"], kw["target"]], 1)[:, :100],
-               seed=kw["seed"].expand(4) if kw["seed"].dim() else kw["seed"])
+               target=torch.cat([kw["target"], kw["target"]], 1)[:, :100])
     got = cpu().verify_tree(**kw3)
     assert all(torch.equal(w, g) for w, g in zip(want, got))
+    # stride-0 per-request columns (expanded scalars)
+    assert_same(dict(kw, seed=torch.tensor(7).expand(4), offset=torch.tensor(2).expand(4),
+                     inv_temp=torch.tensor(0.8).expand(4)))
 
 
 def test_shape_errors():
