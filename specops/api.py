@@ -349,6 +349,19 @@ def _flattened(tname, target, draft_token_ids, draft, dname, cu_num_draft_tokens
     return B, target_row_start, prev, num_draft, max_k
 
 
+def pick_target(target_logits, target_probs, draft_probs, draft_logits, ndims):
+    """-> (target, its argument name, is_probs), after the either-or and tensor checks."""
+    if (target_logits is None) == (target_probs is None):
+        raise ValueError("pass exactly one of target_logits and target_probs")
+    if draft_probs is not None and draft_logits is not None:
+        raise ValueError("pass at most one of draft_probs and draft_logits")
+    is_probs = target_probs is not None
+    tname = "target_probs" if is_probs else "target_logits"
+    target = target_probs if is_probs else target_logits
+    _check_tensor(tname, target, (torch.float32,) if is_probs else LOGIT_DTYPES, ndims)
+    return target, tname, is_probs
+
+
 def _prepare(target_logits=None, draft_token_ids=None, draft_probs=None, target_probs=None,
              draft_logits=None, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
              num_draft_tokens=None, cu_num_draft_tokens=None, seed=None, offset=None,
@@ -358,14 +371,8 @@ def _prepare(target_logits=None, draft_token_ids=None, draft_probs=None, target_
     of the ops; with `scalars`, parameters given as Python scalars stay Python numbers (see
     _tensors)."""
     _check_validate(validate)
-    if (target_logits is None) == (target_probs is None):
-        raise ValueError("pass exactly one of target_logits and target_probs")
-    if draft_probs is not None and draft_logits is not None:
-        raise ValueError("pass at most one of draft_probs and draft_logits")
-    is_probs = target_probs is not None
-    tname = "target_probs" if is_probs else "target_logits"
-    target = target_probs if is_probs else target_logits
-    _check_tensor(tname, target, (torch.float32,) if is_probs else LOGIT_DTYPES, (2, 3))
+    target, tname, is_probs = pick_target(target_logits, target_probs, draft_probs,
+                                          draft_logits, (2, 3))
     device = target.device
     if draft_token_ids is None:
         raise ValueError("draft_token_ids is required (use a [B, 0] tensor for bonus-only)")

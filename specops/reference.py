@@ -851,6 +851,42 @@ def accept_probability(p_y, q_y) -> float:
     return min(1.0, p_y / q_y)
 
 
+def completion(P: RowFn, V: int, L: int):
+    """(law, complete, pvec): ``complete(seq, w)`` adds weight w to the law of sequences of
+    length L that start with seq and are continued by sampling the target ``P`` (normalised
+    in float64); ``pvec(prefix)`` is P's float32 row."""
+    law = np.zeros((V,) * L)
+
+    def pvec(prefix):
+        return np.asarray(P(prefix), dtype=np.float32)
+
+    def complete(seq, w):
+        if w == 0.0:
+            return
+        if len(seq) == L:
+            law[seq] += w
+            return
+        p = pvec(seq).astype(np.float64)
+        p = p / p.sum()
+        for x in range(V):
+            complete(seq + (x,), w * p[x])
+    return law, complete, pvec
+
+
+def against_target(law, pvec, V: int, length_law) -> dict:
+    """The target's own law of sequences as long as ``law``'s, and the TV between them."""
+    L = law.ndim
+    target_law = np.zeros_like(law)
+    for seq in itertools.product(range(V), repeat=L):
+        w = 1.0
+        for i in range(L):
+            p = pvec(seq[:i]).astype(np.float64)
+            w *= p[seq[i]] / p.sum()
+        target_law[seq] = w
+    tv = 0.5 * float(np.abs(law - target_law).sum())
+    return {"law": law, "target_law": target_law, "tv": tv, "length_law": length_law}
+
+
 def exact_output_law(target, draft, K: int, V: int, fallback: str = "residual",
                      method: str = "token"):
     """Exact law of the verifier's output, for small V and K, in float64.
@@ -869,22 +905,8 @@ def exact_output_law(target, draft, K: int, V: int, fallback: str = "residual",
     variation distance between them), ``length_law`` (P(num_accepted = n), n = 0..K).
     """
     P, Q = _as_fn(target), _as_fn(draft)
-    law = np.zeros((V,) * (K + 1))
+    law, complete, pvec = completion(P, V, K + 1)
     length_law = np.zeros(K + 1)
-
-    def pvec(prefix):
-        return np.asarray(P(prefix), dtype=np.float32)
-
-    def complete(seq, w):
-        if w == 0.0:
-            return
-        if len(seq) == K + 1:
-            law[seq] += w
-            return
-        p = pvec(seq).astype(np.float64)
-        p = p / p.sum()
-        for x in range(V):
-            complete(seq + (x,), w * p[x])
 
     def walk(prefix, w):
         j = len(prefix)
@@ -961,15 +983,7 @@ def exact_output_law(target, draft, K: int, V: int, fallback: str = "residual",
         walk((), 1.0)
     else:
         raise ValueError(f"method must be 'token' or 'block', got {method!r}")
-    target_law = np.zeros_like(law)
-    for seq in itertools.product(range(V), repeat=K + 1):
-        w = 1.0
-        for i in range(K + 1):
-            p = pvec(seq[:i]).astype(np.float64)
-            w *= p[seq[i]] / p.sum()
-        target_law[seq] = w
-    tv = 0.5 * float(np.abs(law - target_law).sum())
-    return {"law": law, "target_law": target_law, "tv": tv, "length_law": length_law}
+    return against_target(law, pvec, V, length_law)
 
 
 def accepted_length_law(p_rows, q_rows=None, draft_ids=None) -> np.ndarray:

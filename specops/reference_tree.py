@@ -238,25 +238,10 @@ def exact_tree_law(target, draft, parents, V: int, method: str = "rsd",
     depth = tree_depths(parents, N, point_tokens if point_tokens is not None
                         else np.zeros(N, np.int64), V, N)
     D = int(depth.max())
-    P = R._as_fn(target)
     QF = R._as_fn(draft)
-    law = np.zeros((V,) * (D + 1))
+    law, complete, pvec = R.completion(R._as_fn(target), V, D + 1)
     length_law = np.zeros(D + 1)
     point_mass = point_tokens is not None
-
-    def pvec(prefix):
-        return np.asarray(P(prefix), dtype=np.float32)
-
-    def complete(seq, w):
-        if w == 0.0:
-            return
-        if len(seq) == D + 1:
-            law[seq] += w
-            return
-        p = pvec(seq).astype(np.float64)
-        p = p / p.sum()
-        for x in range(V):
-            complete(seq + (x,), w * p[x])
 
     def verify(c, prefix, tokens, w):
         """Verification from node c (tokens: drafted token of every node reached so far)."""
@@ -322,12 +307,4 @@ def exact_tree_law(target, draft, parents, V: int, method: str = "rsd",
 
     present = [n for n in range(N) if depth[n] >= 0]
     draft_tree(present, {}, {0: ()}, 1.0)
-    target_law = np.zeros_like(law)
-    for seq in itertools.product(range(V), repeat=D + 1):
-        w = 1.0
-        for i in range(D + 1):
-            p = pvec(seq[:i]).astype(np.float64)
-            w *= p[seq[i]] / p.sum()
-        target_law[seq] = w
-    tv = 0.5 * float(np.abs(law - target_law).sum())
-    return {"law": law, "target_law": target_law, "tv": tv, "length_law": length_law}
+    return R.against_target(law, pvec, V, length_law)

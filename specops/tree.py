@@ -96,14 +96,8 @@ def verify_tree(target_logits=None, node_token_ids=None, parent_ids=None, draft_
     _api._check_validate(validate)
     if not isinstance(method, str) or method not in _op.METHODS:
         raise ValueError(f"method must be 'rsd' or 'mss', got {method!r}")
-    if (target_logits is None) == (target_probs is None):
-        raise ValueError("pass exactly one of target_logits and target_probs")
-    if draft_probs is not None and draft_logits is not None:
-        raise ValueError("pass at most one of draft_probs and draft_logits")
-    is_probs = target_probs is not None
-    tname = "target_probs" if is_probs else "target_logits"
-    target = target_probs if is_probs else target_logits
-    _api._check_tensor(tname, target, (torch.float32,) if is_probs else _api.LOGIT_DTYPES, (3,))
+    target, tname, is_probs = _api.pick_target(target_logits, target_probs, draft_probs,
+                                               draft_logits, (3,))
     device = target.device
     B, N, V = target.shape
     if N < 1 or not 1 <= V <= _ref.MAX_VOCAB:

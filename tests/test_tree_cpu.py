@@ -21,7 +21,7 @@ pytestmark = [
 ]
 
 SIZES = ((1, 1), (2, 3), (7, 5), (100, 12), (1000, 16))
-SEEDS = 30
+SEEDS = 10
 
 
 def cpu():

@@ -424,46 +424,24 @@ def test_malformed_and_invalid_rows():
     assert n.tolist() == [1, 2] and p[0].item() == 3 and p[3].item() == -1
 
 
-_READS = ("__bool__", "__int__", "__index__", "__float__", "item", "tolist", "numpy", "cpu",
-          "nonzero")
-
-
 @pytest.mark.skipif("cpu" not in BACKENDS, reason="needs the C++ backend's verify_tree (the "
                     "reference backend reads values on the host by design)")
 def test_no_host_reads_without_validation():
     """With validate=False (the default for CUDA tensors) neither the conversion, the seed
     derivation, verify_tree nor the output writes read a tensor value on the host: every
     such read from specops code is patched to be recorded (tests/test_sync_free.py's check)."""
-    import os
-    import sys
-    root = os.path.dirname(os.path.abspath(specops.__file__))
+    from tests.test_sync_free import no_host_reads
     candidates, ri, nt, ns, target = sgl_documented_case()
     u, uf = torch.rand(2, 6), torch.rand(2)
     want = outputs(2, 6, 4)
     S.tree_speculative_sampling_target_only(*want, candidates, ri, nt, ns, u, uf, target,
                                             backend="cpu")
-    saved = {name: getattr(torch.Tensor, name) for name in _READS}
-    seen = []
-
-    def guard(name, orig):
-        def wrapper(self, *args, **kwargs):
-            caller = sys._getframe(1).f_code.co_filename
-            if caller.startswith(root):
-                seen.append(f"{name} from {caller}:{sys._getframe(1).f_lineno}")
-            return orig(self, *args, **kwargs)
-        return wrapper
-
     got = outputs(2, 6, 4)
-    for name, orig in saved.items():
-        setattr(torch.Tensor, name, guard(name, orig))
-    try:
+    with no_host_reads() as seen:
         S.tree_speculative_sampling_target_only(*got, candidates, ri, nt, ns, u, uf, target,
                                                 backend="cpu", validate=False)
         S.tree_speculative_sampling(*outputs(2, 6, 4), candidates, ri, nt, ns, u, uf, target,
                                     torch.softmax(target, -1), backend="cpu", validate=False)
-    finally:
-        for name, orig in saved.items():
-            setattr(torch.Tensor, name, orig)
     assert not seen, seen
     assert all(torch.equal(g, w) for g, w in zip(got, want))
 
