@@ -34,13 +34,18 @@ inline Block block_length(const IntCol& ids, int64_t d0, int64_t nd, int64_t tli
   return bl;
 }
 
+// Section 8's parameter rules: out of range, or a transform asked of target probabilities.
+inline bool params_malformed(float inv_t, int64_t top_k, float top_p, float min_p,
+                             bool target_is_probs) {
+  if (!params_ok(inv_t, top_k, top_p, min_p)) return true;
+  return target_is_probs &&
+         !((inv_t == 0.0f || inv_t == 1.0f) && top_k == 0 && top_p == 1.0f && min_p == 0.0f);
+}
+
 // Request b is malformed (reference section 8): it emits nothing and reads no row.
 inline bool request_malformed(const VerifyArgs& a, int64_t b) {
-  const float inv_t = a.params.inv_temp[b], top_p = a.params.top_p[b], min_p = a.params.min_p[b];
-  const int64_t top_k = a.params.top_k[b];
-  if (!params_ok(inv_t, top_k, top_p, min_p)) return true;
-  if (a.target_is_probs &&
-      !((inv_t == 0.0f || inv_t == 1.0f) && top_k == 0 && top_p == 1.0f && min_p == 0.0f))
+  if (params_malformed(a.params.inv_temp[b], a.params.top_k[b], a.params.top_p[b],
+                       a.params.min_p[b], a.target_is_probs))
     return true;
   const int64_t nd = a.num_draft[b], d0 = a.draft_row_start[b], V = a.target.cols;
   if (nd < 0 || nd > a.max_k) return true;

@@ -17,6 +17,7 @@
 #include "core/workspace.h"
 #include "draw/draw.h"
 #include "transform/transform.h"
+#include "verify/request.h"
 #include "verify/tree.h"
 
 namespace specops {
@@ -60,7 +61,8 @@ class TreeWalk {
   }
 
   void run() {
-    if (params_malformed() || !shape_ok()) return;
+    if (params_malformed(inv_t_, top_k_, top_p_, min_p_, a_.target_is_probs) || !shape_ok())
+      return;
     int64_t c = 0, j = 0;
     for (;;) {
       int64_t x;
@@ -88,12 +90,6 @@ class TreeWalk {
   int64_t id(int64_t n) const { return a_.node_ids[base_ + n]; }
   int64_t parent(int64_t n) const { return a_.parents[base_ + n]; }
 
-  // Section 8's parameter rules (request.h's request_malformed, less the chain's draft ids).
-  bool params_malformed() const {
-    if (!params_ok(inv_t_, top_k_, top_p_, min_p_)) return true;
-    return a_.target_is_probs && !((inv_t_ == 0.0f || inv_t_ == 1.0f) && top_k_ == 0 &&
-                                   top_p_ == 1.0f && min_p_ == 0.0f);
-  }
 
   // reference_tree.tree_depths: the depths (root 0, absent -1), false if malformed.  Only
   // indices inside [0, N) are read: parents outside [-1, n) are rejected before use.
