@@ -292,12 +292,13 @@ ends the request invalid at j: accepted tokens, then -1, ``num_accepted = j``,
 
   - if ``A == 0`` or ``Q == 0`` (point-mass: only ``A == 0``), or (``rsd`` only) y equals the
     token of an earlier-tried sibling: the child is rejected, nothing changes, no coin;
-  - else ``rn = R(y) / A`` and ``qn = Qw(y) / Q`` (float64: each integer converted to float64,
-    then one correctly rounded division); accept iff ``u * qn < rn`` (strict, float64; ``u``
-    the coin below).  Accepted: emit y, ``accepted_nodes[j] = x``, ``c = x``, ``j += 1``,
+  - else ``rn = R(y) * ia`` and ``qn = Qw(y) * iq`` with ``ia = 1 / A`` and ``iq = 1 / Q``
+    (float64: each integer converted to float64 with rounding to nearest, the reciprocal one
+    correctly rounded division, then one correctly rounded product: a division per node,
+    not per token); accept iff ``u * qn < rn`` (strict, float64; ``u`` the coin below).  Accepted: emit y, ``accepted_nodes[j] = x``, ``c = x``, ``j += 1``,
     continue the walk at x;
-  - rejected: for every token z, ``d(z) = R(z)/A - Qw(z)/Q`` (float64: two divisions as above,
-    one subtraction; point-mass: ``R(z)/A`` minus 1 at y), ``R'(z) = trunc(d(z) * 2**60)`` if
+  - rejected: for every token z, ``d(z) = R(z)*ia - Qw(z)*iq`` (float64: the two products
+    as above, one subtraction; point-mass: ``R(z)*ia`` minus 1 at y), ``R'(z) = trunc(d(z) * 2**60)`` if
     ``d(z) > 0`` else 0; ``A' = sum R'``.  ``rsd``: also ``Q' = Q - Qw(y)`` and
     ``Qw'(y) = 0`` (y removed from the draft, renormalised implicitly through Q'); ``mss``
     keeps ``Qw``.  This is ``r <- norm(max(r - q, 0))`` with r and q normalised.
@@ -328,7 +329,8 @@ exact for dyadic rows and otherwise within float64 rounding of the algorithm, an
 *Output*: ``token_ids`` [B, max_depth + 1] int32 (accepted tokens, the correction or bonus
 token, then -1), ``num_accepted`` [B] int32, ``accepted_nodes`` [B, max_depth] int32 (node
 index of each accepted token, -1 after), ``valid`` [B] bool.  Bit-identity across backends
-rests on integer sums and correctly rounded, unfused float64 divisions and subtractions.
+rests on integer sums and correctly rounded, unfused float64 reciprocals, products and
+subtractions.
 
 The vocabulary-split GPU pipeline (``triton_kernels/pipeline``) computes the same row
 statistics as this module by reductions over vocabulary chunks: maxima, lowest-index argmax,

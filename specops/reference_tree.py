@@ -54,7 +54,9 @@ def draft_weights(q) -> tuple:
 
 
 def _ratio(w, total) -> np.ndarray:
-    return np.asarray(w, dtype=np.int64).astype(np.float64) / np.float64(total)
+    """w / total as the contract computes it: float64(w) * (1 / float64(total))."""
+    inv = np.float64(1.0) / np.float64(total)
+    return np.asarray(w, dtype=np.int64).astype(np.float64) * inv
 
 
 def coin_probability(Rw, A: int, Qw, Q: int, y: int, point_mass: bool) -> float:

@@ -49,21 +49,22 @@ def store_weights(row, w_row, V, inv_t, stats, IS_PROBS: tl.constexpr,
 @triton.jit
 def update_residual(r_row, qw_row, V, y, A, Q, Q_MODE: tl.constexpr, BLOCK_V: tl.constexpr):
     """The residual after rejecting token y, in place: R'(z) = trunc(d(z) * 2**60) if
-    d(z) > 0 else 0, d(z) = R(z)/A - Qw(z)/Q (float64: int64 -> float64, one correctly
-    rounded division each, one subtraction; Q_MODE 0, a point-mass draft: Qw/Q = one-hot(y)).
+    d(z) > 0 else 0, d(z) = R(z)*(1/A) - Qw(z)*(1/Q) (float64: int64 -> float64, one
+    correctly rounded product each, one subtraction; Q_MODE 0, a point-mass draft: the
+    second term is one-hot(y)).
     A > 0 (and Q > 0 unless Q_MODE 0).  -> A' = sum R'."""
     offs = tl.arange(0, BLOCK_V)
-    a = A.to(tl.float64)
-    qs = Q.to(tl.float64)
+    ia = 1.0 / A.to(tl.float64)          # one division per update (reference section 11)
+    iq = 1.0 / Q.to(tl.float64)
     total = tl.full([], 0, tl.int64)
     for start in range(0, V, BLOCK_V):
         idx = start + offs
         msk = idx < V
-        rn = tl.load(r_row + idx, mask=msk, other=0).to(tl.float64) / a
+        rn = tl.load(r_row + idx, mask=msk, other=0).to(tl.float64) * ia
         if Q_MODE == 0:
             qn = tl.where(idx == y, 1.0, 0.0).to(tl.float64)
         else:
-            qn = tl.load(qw_row + idx, mask=msk, other=0).to(tl.float64) / qs
+            qn = tl.load(qw_row + idx, mask=msk, other=0).to(tl.float64) * iq
         d = rn - qn
         w = tl.where(d > 0.0, d * W_SCALE, 0.0).to(tl.int64)
         tl.store(r_row + idx, w, mask=msk)

@@ -117,13 +117,13 @@ def _sampled_node(t_row, q_row, r_row, qw_row, V, j, kids, toks, req, T_PROBS: t
                 if usable:
                     w0, w1 = stream_words(seed, offset, j, 2 * rank)
                     u = w0.to(tl.float64) * U32_TO_UNIT
-                    rn = tl.load(r_row + y).to(tl.float64) / A.to(tl.float64)
+                    rn = tl.load(r_row + y).to(tl.float64) * (1.0 / A.to(tl.float64))
                     if Q_MODE == 0:
                         qn = tl.full([], 1.0, tl.float64)
                         qw_y = tl.full([], 0, tl.int64)
                     else:
                         qw_y = tl.load(qw_row + y)
-                        qn = qw_y.to(tl.float64) / Q.to(tl.float64)
+                        qn = qw_y.to(tl.float64) * (1.0 / Q.to(tl.float64))
                     if u * qn < rn:
                         nxt = x
                         token = y.to(tl.int32)

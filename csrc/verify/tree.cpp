@@ -187,8 +187,8 @@ class TreeWalk {
       if (res_.A == 0 || (Qw && Q == 0)) return -1;
       const double u =
           double(stream_words(seed_, offset_, uint64_t(j), uint32_t(2 * i)).w[0]) * 0x1p-32;
-      const double rn = weight_ratio(res_.R[y], res_.A);
-      const double qn = Qw ? weight_ratio(Qw[y], Q) : 1.0;
+      const double rn = weight_ratio(res_.R[y], reciprocal(res_.A));
+      const double qn = Qw ? weight_ratio(Qw[y], reciprocal(Q)) : 1.0;
       if (u * qn < rn) return x;
       reject_update(res_, Qw, Q, y);
       if (a_.rsd && Qw) {  // y leaves the draft, renormalised through Q

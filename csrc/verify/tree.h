@@ -23,11 +23,13 @@ struct Residual {
   uint64_t A = 0;
 };
 
-// R(z) / A: each integer converted to float64 (round to nearest, as numpy's astype), then
-// one correctly rounded division.  Sums stay below 2^63, so the int64 view is exact.
-inline double weight_ratio(int64_t w, uint64_t total) {
-  return double(w) / double(int64_t(total));
-}
+// 1 / A: the total converted to float64 (round to nearest, as numpy), then one correctly
+// rounded division.  Sums stay below 2^63, so the int64 view is exact.
+inline double reciprocal(uint64_t total) { return 1.0 / double(int64_t(total)); }
+
+// R(z) * (1 / A): the weight converted to float64, one correctly rounded product (section
+// 11 multiplies by the reciprocal: one division per node instead of one per token).
+inline double weight_ratio(int64_t w, double inv_total) { return double(w) * inv_total; }
 
 // W[i] = trunc(x[i] * 2^60) (the float32 product is exact for x in [0, 1]); the sums per
 // kDrawBlock tokens into block_sums when given.  Returns sum W.
@@ -47,19 +49,22 @@ inline uint64_t integer_weights(const float* x, int64_t V, int64_t* W, uint64_t*
 }
 
 // After rejecting token y (A > 0, Q > 0): R'(z) = trunc(d * 2^60) if d > 0 else 0, with
-// d = R(z)/A - Qw(z)/Q in float64 (two divisions, one subtraction); Qw == nullptr is the
+// d = R(z)*(1/A) - Qw(z)*(1/Q) in float64 (two products, one subtraction); Qw == nullptr is the
 // point mass at y (Qw(z)/Q is 1 at y, 0 elsewhere).  -1 <= d <= 1, so d * 2^60 converts to
 // int64 whatever its sign, and max(trunc(d * 2^60), 0) is the rule without a branch on the
-// sign of d (unpredictable: a branch there costs several times the two divisions).
+// sign of d (unpredictable: a branch there costs more than the arithmetic).
+// A block whose R is all 0 stays 0 (d <= 0 there) and is skipped: after top-k / top-p, or
+// where real logits put no mass, most of the row.
 inline void reject_update(Residual& r, const int64_t* Qw, uint64_t Q, int64_t y) {
-  const double A = double(int64_t(r.A)), Qd = double(int64_t(Q));
+  const double ia = reciprocal(r.A), iq = Qw ? reciprocal(Q) : 0.0;
   uint64_t total = 0;
   for (int64_t k0 = 0; k0 < r.V; k0 += kDrawBlock) {
+    if (r.block_sums[k0 / kDrawBlock] == 0) continue;
     const int64_t k1 = std::min(r.V, k0 + kDrawBlock);
     uint64_t s = 0;
     for (int64_t z = k0; z < k1; ++z) {
-      const double qn = Qw ? double(Qw[z]) / Qd : (z == y ? 1.0 : 0.0);
-      const double d = double(r.R[z]) / A - qn;
+      const double qn = Qw ? weight_ratio(Qw[z], iq) : (z == y ? 1.0 : 0.0);
+      const double d = weight_ratio(r.R[z], ia) - qn;
       const int64_t w = int64_t(d * 0x1p60);  // >= 1 only where d > 0
       r.R[z] = std::max<int64_t>(w, 0);
       s += uint64_t(r.R[z]);
