@@ -4,15 +4,23 @@
    sampling_probs (probabilities compared bit for bit), verify (token ids, num_accepted,
    valid) for full / point-mass / draft-logits drafts and greedy / temperature / top-p / top-k
    / min-p, and the accept / residual-sample views (verify on probabilities, its forced mode).
-2. Timings at the DESIGN.md section 6 reference shapes, in one run, side by side: the Triton
+2. Tree verification (specops.verify_tree): bitwise agreement of backend="triton" with
+   backend="reference" on CPU copies at V = 128256 and 151936, B = 4, the 16-node tree of
+   bench/bench_tree.py, fp32 / bf16 logits, rsd / mss / point-mass drafts, greedy and
+   temperature 0.8 + top-p 0.95; and its time (rsd, temperature 0.8, B = 32, V = 128256)
+   beside the chain with as many target rows (verify_block, K = 15) and the HBM floor.
+3. Timings at the DESIGN.md section 6 reference shapes, in one run, side by side: the Triton
    verify, a batched torch-eager verifier (softmax, sort-based top-p, gather, rand, residual,
    multinomial), and the HBM floor: a device-to-device copy of the same bytes (target logits
    + draft probs) and a torch sum over both.  sampling_probs and the accept / residual-sample
    views (verify on probabilities, its forced mode) are timed at a subset of shapes.
 
 Prints a short table last and writes the full results (markdown) to --out.
-Everything is bounded by --budget-s: shapes left when the budget runs out are listed as
-skipped.  Exit status 1 if any bitwise check failed.
+Everything is bounded by --budget-s, in shares (the end of each as a fraction of it):
+bitwise 0.35, tree bitwise 0.50 and its timing 0.58, per-op timings 0.70, the shapes 1.0
+(--no-tree: bitwise 0.40, per-op 0.55, as before the tree part).  Checks and shapes left
+when a share runs out are listed as skipped (a check started in time runs to its end).
+Exit status 1 if any bitwise check (tree included) failed.
 """
 from __future__ import annotations
 
@@ -37,6 +45,7 @@ if ROOT not in sys.path:
 from specops import reference as R  # noqa: E402
 from specops.backends import reference as RB  # noqa: E402
 from specops.backends import triton as TB  # noqa: E402
+from bench.bench_tree import TREE16  # noqa: E402
 
 SETTINGS = {
     "greedy": dict(temp=0.0, top_k=0, top_p=1.0, min_p=0.0),
@@ -201,6 +210,222 @@ def bitwise_checks(budget_end):
     return rows, fails
 
 
+# ----------------------------------------------------------------------------- tree verification
+# TREE16: bench/bench_tree.py's 16-node tree (depth 4): 4 root children, then 2, 2, 1, 1 ...
+TREE_DEPTH = 4
+TREE_VOCABS = (128256, 151936)
+TREE_B = 4                     # requests per bitwise check
+TREE_TIMING = (32, 128256)     # (B, V) of the tree vs chain timing
+# (target dtype, draft mode): the compiled variant each new entry costs first, most telling first
+TREE_VARIANTS = ((torch.float32, "rsd"), (torch.bfloat16, "rsd"), (torch.float32, "point"),
+                 (torch.float32, "mss"), (torch.bfloat16, "point"), (torch.bfloat16, "mss"))
+TREE_SETTINGS = ("greedy", "t0.8+p0.95")
+
+
+def tree_case(B, V, setting, *, dtype=torch.float32, mode="rsd", seed=0, device=DEVICE,
+              parents=TREE16):
+    """verify_tree keyword arguments on `device`: target logits [B, 16, V] (x3 normals),
+    draft probs softmax(logits + 0.7 noise) ("point": none), children drafted from their
+    parent's draft row without replacement (rsd, point) or i.i.d. (mss); the first child of
+    each node is the target's argmax with probability 1/2 (acceptance is common even when
+    greedy; under rsd it can duplicate a sibling: the skip rule)."""
+    g = torch.Generator(device=device).manual_seed(seed)
+    s = SETTINGS[setting]
+    N = len(parents)
+    logits = torch.randn((B, N, V), generator=g, device=device) * 3
+    q = torch.softmax(logits + 0.7 * torch.randn((B, N, V), generator=g, device=device), -1)
+    target = logits.to(dtype)
+    am = target.float().argmax(-1)
+    ids = torch.zeros((B, N), dtype=torch.int64, device=device)
+    for c in range(N):
+        kids = [n for n in range(1, N) if parents[n] == c]
+        if not kids:
+            continue
+        draws = torch.multinomial(q[:, c], len(kids), replacement=mode == "mss", generator=g)
+        coin = torch.rand((B,), generator=g, device=device) < 0.5
+        draws[:, 0] = torch.where(coin, am[:, c], draws[:, 0])
+        ids[:, kids] = draws
+    return dict(target_logits=target, node_token_ids=ids,
+                parent_ids=torch.tensor(parents, device=device).expand(B, N).contiguous(),
+                draft_probs=None if mode == "point" else q.contiguous(),
+                method="mss" if mode == "mss" else "rsd", temperature=s["temp"],
+                top_k=s["top_k"], top_p=s["top_p"], min_p=s["min_p"],
+                seed=torch.randint(-(2 ** 62), 2 ** 62, (B,), generator=g, device=device),
+                offset=torch.randint(0, 2 ** 40, (B,), generator=g, device=device),
+                max_depth=TREE_DEPTH)
+
+
+def drafted_tree(B, V, temperature=0.8, seed=0, device=DEVICE, parents=TREE16):
+    """bench_tree.tree_inputs built on `device` (its construction; that one takes ~30 s on a
+    CPU at B=32, V=128256): target logits 2 x normals, draft probs softmax((target + noise) /
+    T), children from their parent's draft row by specops.sample_without_replacement ->
+    verify_tree keyword arguments (rsd, T, seeds 0..B-1, offset 0, as bench_tree times)."""
+    import specops
+    from bench.__main__ import DRAFT_NOISE
+    g = torch.Generator(device=device).manual_seed(seed)
+    N = len(parents)
+    target = torch.randn((B, N, V), generator=g, device=device) * 2.0
+    q = torch.softmax((target + DRAFT_NOISE * torch.randn((B, N, V), generator=g,
+                                                           device=device)) / temperature, -1)
+    ids = torch.zeros((B, N), dtype=torch.int64, device=device)
+    for c in range(N):
+        kids = [n for n in range(1, N) if parents[n] == c]
+        if kids:
+            ids[:, kids] = specops.sample_without_replacement(
+                q[:, c], len(kids), seed=torch.arange(B, device=device) * 131 + c)
+    return dict(target_logits=target, node_token_ids=ids,
+                parent_ids=torch.tensor(parents, device=device).expand(B, N).contiguous(),
+                draft_probs=q.contiguous(), method="rsd", temperature=temperature,
+                seed=torch.arange(B, device=device), offset=0, max_depth=TREE_DEPTH)
+
+
+def tree_agreement(kw):
+    """specops.verify_tree(backend="triton") on kw's device against backend="reference" on
+    CPU copies -> (equal, detail): token_ids, num_accepted, accepted_nodes, valid bit for
+    bit."""
+    import specops
+    got = [t.cpu() for t in specops.verify_tree(**kw, backend="triton")]
+    ref = specops.verify_tree(**to_cpu(kw), backend="reference")
+    ok = all(torch.equal(x, y) for x, y in zip(got, ref))
+    detail = (f"accepted {ref[1].tolist()}" if ok else
+              f"triton {got[0].tolist()} nodes {got[2].tolist()} ref {ref[0].tolist()} nodes "
+              f"{ref[2].tolist()}")
+    return ok, detail
+
+
+def tree_precompile():
+    """Compile the TREE_VARIANTS' kernels at once: a tiny verify_tree call each, in threads
+    (Triton's compile releases the GIL: ~10 s per variant, in parallel on the GPU host's
+    cores).  Sequential under the interpreter (its state is global).  Errors are only
+    logged: the checks compile what is missing on their first call."""
+    import concurrent.futures as cf
+    import specops
+
+    def one(variant):
+        dt, mode = variant
+        out = specops.verify_tree(**tree_case(1, 64, "t0.8", dtype=dt, mode=mode),
+                                  backend="triton")
+        if not SMOKE:
+            torch.cuda.synchronize()
+        return out
+    t0 = time.time()
+    try:
+        with cf.ThreadPoolExecutor(1 if SMOKE else len(TREE_VARIANTS)) as pool:
+            list(pool.map(one, TREE_VARIANTS))
+        log(f"  tree kernels compiled ({len(TREE_VARIANTS)} variants): {time.time() - t0:.1f} s")
+    except Exception as exc:   # noqa: BLE001
+        log(f"  tree precompile: error {exc!r} ({time.time() - t0:.1f} s); compiling on demand")
+        traceback.print_exc()
+
+
+def tree_bitwise(budget_end):
+    """Bitwise agreement of verify_tree, variant by variant (compiled at once first, else
+    each first call compiles one); what the budget leaves is listed as skipped."""
+    rows, fails, skipped = [], 0, []
+    if time.time() < budget_end:
+        tree_precompile()
+    todo = [(dt, mode, V, setting) for dt, mode in TREE_VARIANTS for V in TREE_VOCABS
+            for setting in TREE_SETTINGS]
+    for i, (dt, mode, V, setting) in enumerate(todo):
+        dn = str(dt).replace("torch.", "")
+        if time.time() > budget_end:
+            skipped = [f"{str(d).replace('torch.', '')} {m} V={v} {s}"
+                       for d, m, v, s in todo[i:]]
+            log(f"  tree bitwise: budget exhausted, {len(skipped)} checks skipped")
+            break
+        name = f"verify_tree V={V} B={TREE_B} {dn} {mode} {setting}"
+        try:
+            ok, detail = tree_agreement(tree_case(TREE_B, V, setting, dtype=dt, mode=mode,
+                                                  seed=V + 17 * len(rows)))
+        except Exception as exc:   # noqa: BLE001
+            ok, detail = False, f"error {exc!r}"
+            traceback.print_exc()
+        rows.append((name, "equal" if ok else "DIFFERENT", detail))
+        fails += not ok
+        log(f"  {'ok  ' if ok else 'FAIL'} {name} {detail}")
+    return rows, fails, skipped
+
+
+def tree_timing(budget_end):
+    """verify_tree (rsd, t0.8: fp32 logits, fp32 draft probs; bench_tree's drafted trees) at
+    B, 16 nodes, V = TREE_TIMING beside the chain with as many target rows (verify_block,
+    K = 15, auto pipeline) and the HBM floor (a device copy of the same bytes; a torch sum
+    over both tensors) -> rows (what, ms, mean accepted); entries the budget leaves are
+    missing.  Then mss and point-mass drafts on the same trees."""
+    import specops
+    B, V = TREE_TIMING
+    if time.time() > budget_end:
+        log("  tree timing: budget exhausted, skipped")
+        return [], 0
+    kw = drafted_tree(B, V)
+    N, K = len(TREE16), len(TREE16) - 1
+    target, q = kw["target_logits"], kw["draft_probs"]
+    g = torch.Generator(device=DEVICE).manual_seed(12)
+    chain_q = q[:, :K].contiguous()
+    chain_ids = torch.multinomial(chain_q.reshape(-1, V), 1, generator=g).reshape(B, K)
+    chain_kw = dict(temperature=0.8, seed=kw["seed"], offset=kw["offset"], backend="triton")
+    nbytes = target.numel() * target.element_size() + q.numel() * q.element_size()
+    src = torch.empty(nbytes, dtype=torch.uint8, device=DEVICE)
+    dst = torch.empty_like(src)
+    point = dict(kw, draft_probs=None)
+    mss = dict(kw, method="mss")
+    fns = [("tree rsd", lambda: specops.verify_tree(**kw, backend="triton"),
+            lambda: specops.verify_tree(**kw, backend="triton")[1]),
+           ("chain K=15 (verify_block)",
+            lambda: specops.verify_block(target, chain_ids, chain_q, **chain_kw),
+            lambda: specops.verify_block(target, chain_ids, chain_q, **chain_kw).num_accepted),
+           ("floor: copy of the bytes", lambda: dst.copy_(src), None),
+           ("floor: sum of both tensors", lambda: (target.sum(), q.sum()), None),
+           ("tree mss", lambda: specops.verify_tree(**mss, backend="triton"),
+            lambda: specops.verify_tree(**mss, backend="triton")[1]),
+           ("tree point-mass", lambda: specops.verify_tree(**point, backend="triton"),
+            lambda: specops.verify_tree(**point, backend="triton")[1])]
+    rows = []
+    for what, fn, acc in fns:
+        if time.time() > budget_end:
+            log(f"  tree timing: budget exhausted, {what} and after skipped")
+            break
+        try:
+            ms = cuda_time(fn)
+            mean = float(acc().float().mean()) if acc is not None else None
+            rows.append((what, ms, mean))
+            log(f"  B={B} N={N} V={V} {what:28s} {ms:8.3f} ms" +
+                ("" if mean is None else f"  mean accepted {mean:.2f}"))
+        except Exception as exc:   # noqa: BLE001
+            log(f"  tree timing {what}: error {exc!r}")
+            traceback.print_exc()
+    del src, dst
+    return rows, nbytes
+
+
+def tree_markdown(bit_rows, skipped, timing_rows, nbytes):
+    B, V = TREE_TIMING
+    md = ["", "## Tree verification (specops.verify_tree, reference section 11)\n",
+          f"Bitwise: backend=\"triton\" on the device against backend=\"reference\" on CPU "
+          f"copies (token_ids, num_accepted, accepted_nodes, valid), B = {TREE_B}, the 16-node "
+          f"tree `{list(TREE16)}` (max_depth {TREE_DEPTH}), draft probs softmax(logits + "
+          "noise) (point: none), the first child the target's argmax half the time.\n",
+          "| check | result | detail |", "|---|---|---|"]
+    md += [f"| {n} | {r} | {d} |" for n, r, d in bit_rows]
+    if skipped:
+        md += ["", f"Skipped (time budget): {len(skipped)} checks: " + ", ".join(skipped)]
+    md += ["", f"Timing: B = {B}, 16 nodes, V = {V}, fp32 logits + fp32 draft probs, "
+           "temperature 0.8, bench_tree.tree_inputs' drafted trees (built on the device); "
+           "mss and point-mass on the same trees; the chain (verify_block, K = 15) has the same 16 target rows "
+           f"and 15 draft rows; the floor moves the {nbytes / 2 ** 20:.1f} MiB of target logits "
+           "and draft probs of all 16 nodes (copy: read + write; sum: read once).  "
+           "Model: bench/results/gpu_model_tree.md.\n",
+           "| what | ms | x copy | x sum | mean accepted |", "|---|---|---|---|---|"]
+    ref = {w: ms for w, ms, _ in timing_rows}
+    copy, tsum = ref.get("floor: copy of the bytes"), ref.get("floor: sum of both tensors")
+    ratio = lambda ms, base: f"{ms / base:.2f}" if base else "-"   # noqa: E731
+    md += [f"| {w} | {ms:.3f} | {ratio(ms, copy)} | {ratio(ms, tsum)} | "
+           f"{'-' if acc is None else f'{acc:.2f}'} |" for w, ms, acc in timing_rows]
+    if not timing_rows:
+        md += ["| (skipped: time budget) | - | - | - | - |"]
+    return md
+
+
 # ----------------------------------------------------------------------------- eager verifier
 def eager_verify(logits, ids, q, temp, top_k, top_p, greedy):
     """What an engine writes without specops (batched torch eager, padded layout)."""
@@ -355,12 +580,15 @@ def main():
     ap.add_argument("--tests-log", default=None)
     ap.add_argument("--quick", action="store_true", help="V=32000 only, B in {1, 64}")
     ap.add_argument("--smoke", action="store_true", help="tiny shapes on CPU (interpreter)")
+    ap.add_argument("--no-tree", action="store_true", help="skip the tree verification part")
     args = ap.parse_args()
-    global VOCABS, BATCHES, DRAFTS
+    global VOCABS, BATCHES, DRAFTS, TREE_VOCABS, TREE_TIMING
     if args.quick:
         VOCABS, BATCHES, DRAFTS = (32000,), (1, 64), (4,)
+        TREE_VOCABS, TREE_TIMING = (32000,), (32, 32000)
     if args.smoke:
         VOCABS, BATCHES, DRAFTS = (1000,), (1, 2), (1, 2)
+        TREE_VOCABS, TREE_TIMING = (1000,), (2, 1000)
     t_start = time.time()
     end = t_start + args.budget_s
     if not SMOKE and not torch.cuda.is_available():
@@ -372,13 +600,30 @@ def main():
            f"{torch.version.cuda}); triton {triton.__version__}; python "
            f"{platform.python_version()}")
     log(f"[gpu_bench] {env}")
-    log("[gpu_bench] 1/3 bitwise agreement with the numpy reference (large V) ...")
-    bit_rows, fails = bitwise_checks(t_start + 0.40 * args.budget_s)
+    at = lambda frac: t_start + frac * args.budget_s     # noqa: E731
+    tree_share = not args.no_tree
+    log("[gpu_bench] 1/4 bitwise agreement with the numpy reference (large V) ...")
+    bit_rows, fails = bitwise_checks(at(0.35 if tree_share else 0.40))
     log(f"[gpu_bench] bitwise: {len(bit_rows) - fails}/{len(bit_rows)} equal "
         f"({time.time() - t_start:.0f} s)")
-    log("[gpu_bench] 2/3 per-op timings ...")
-    op_rows = op_timings(t_start + 0.55 * args.budget_s)
-    log("[gpu_bench] 3/3 verify timings at the reference shapes ...")
+    tree_rows, tree_fails, tree_skipped, tree_times, tree_bytes = [], 0, [], [], 0
+    if tree_share:
+        log("[gpu_bench] 2/4 tree verification: bitwise agreement, then timing ...")
+        tree_rows, tree_fails, tree_skipped = tree_bitwise(at(0.50))
+        log(f"[gpu_bench] tree bitwise: {len(tree_rows) - tree_fails}/{len(tree_rows)} equal, "
+            f"{len(tree_skipped)} skipped ({time.time() - t_start:.0f} s)")
+        try:
+            tree_times, tree_bytes = tree_timing(at(0.58))
+        except Exception as exc:   # noqa: BLE001
+            log(f"  tree timing: error {exc!r}")
+            traceback.print_exc()
+        if not SMOKE:
+            torch.cuda.empty_cache()
+    else:
+        log("[gpu_bench] 2/4 tree verification: skipped (--no-tree)")
+    log("[gpu_bench] 3/4 per-op timings ...")
+    op_rows = op_timings(at(0.70 if tree_share else 0.55))
+    log("[gpu_bench] 4/4 verify timings at the reference shapes ...")
     rows, skipped = timings(end)
     log(f"[gpu_bench] done in {time.time() - t_start:.0f} s")
 
@@ -387,6 +632,8 @@ def main():
           "## Bitwise agreement with the numpy reference\n",
           "| check | result | detail |", "|---|---|---|"]
     md += [f"| {n} | {r} | {d} |" for n, r, d in bit_rows]
+    if tree_share:
+        md += tree_markdown(tree_rows, tree_skipped, tree_times, tree_bytes)
     md += ["", "## Per-op timings (bf16 logits, temperature 0.8 + top_p 0.95, K = 4)\n",
            "| V | B | sampling_probs ms | accept ms | residual_sample ms | verify_block(api) ms |"
            " copy of logits ms |", "|---|---|---|---|---|---|---|"]
@@ -421,6 +668,12 @@ def main():
     print("\n=== specops Triton on GPU: summary ===")
     print(f"bitwise checks: {len(bit_rows) - fails}/{len(bit_rows)} equal"
           + ("" if not fails else "  <-- MISMATCHES, see results file"))
+    if tree_share:
+        print(f"tree bitwise checks: {len(tree_rows) - tree_fails}/{len(tree_rows)} equal"
+              + (f", {len(tree_skipped)} skipped" if tree_skipped else "")
+              + ("" if not tree_fails else "  <-- MISMATCHES, see results file"))
+        print("tree timing (B={}, V={}): ".format(*TREE_TIMING) + (", ".join(
+            f"{w} {ms:.3f} ms" for w, ms, _ in tree_times) or "skipped"))
     print(f"{'V':>6} {'B':>3} {'K':>2} {'setting':11} {'triton':>9} {'eager':>9} {'copy':>8} "
           f"{'tri/copy':>8} {'eager/tri':>9}")
     for r in rows:
@@ -431,7 +684,7 @@ def main():
     if skipped:
         print(f"({len(skipped)} shapes skipped for time)")
     print(f"full results: {args.out}")
-    return 1 if fails else 0
+    return 1 if fails or tree_fails else 0
 
 
 if __name__ == "__main__":

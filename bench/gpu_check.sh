@@ -7,10 +7,15 @@
 #      a CUDA graph and replayed on new inputs (malformed requests included) == eager, for the
 #      fused and the vocabulary-split Triton paths
 #   4. bench/gpu_bench.py: bitwise agreement with the numpy reference at V up to 151936 (both
-#      Triton paths; block verification and the acceptance rates too), and timings of each
-#      op and of verify (auto, split, fused, block) at the
+#      Triton paths; block verification and the acceptance rates too); tree verification
+#      (specops.verify_tree, backend="triton" against "reference" on CPU copies: V = 128256
+#      and 151936, the 16-node tree, fp32 / bf16, rsd / mss / point-mass, greedy and t0.8 +
+#      top-p 0.95; then its time at B=32 V=128256 beside a K=15 chain and the HBM floor);
+#      and timings of each op and of verify (auto, split, fused, block) at the
 #      DESIGN.md section 6 shapes against the HBM floor (device-to-device copy of the same
-#      bytes) and a torch-eager verifier.
+#      bytes) and a torch-eager verifier.  All within BENCH_BUDGET_S, in shares: what a share
+#      leaves undone is listed as skipped (the tree takes 0.35-0.58 of it, its kernels
+#      compiled in parallel first).
 # Results: $OUT/gpu_results.md if OUT is set, else bench/results/gpu.md.  A short table last.
 # Usage: bash bench/gpu_check.sh            (from anywhere; uses this checkout via PYTHONPATH)
 #        PYTHON=/path/to/python TEST_TIMEOUT_S=160 BENCH_BUDGET_S=190 bash bench/gpu_check.sh

@@ -409,12 +409,82 @@ uint64_t block_mass(const float* p, const float* q, double rho, int64_t V, uint6
   return total;
 }
 
+// One token of tree_update: the scalar rule every level shares (and the tail of the lanes).
+inline int64_t tree_weight(int64_t r, const int64_t* Qw, double ia, double iq, bool at_y) {
+  const double qn = Qw ? double(*Qw) * iq : (at_y ? 1.0 : 0.0);
+  const double d = double(r) * ia - qn;
+  const int64_t w = int64_t(d * 0x1p60);  // -2^60 <= d * 2^60 <= 2^61: converts exactly
+  return w > 0 ? w : 0;
+}
+
+#if SPECOPS_ISA == 2
+// float64 of 0 <= x < 2^62 in four lanes, correctly rounded: the two 31-bit digits convert
+// exactly and one addition rounds (as a scalar int64 -> double conversion does).
+inline __m256d i62_to_pd(__m256i x) {
+  const __m256i pick = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
+  const __m256i lo = _mm256_and_si256(x, _mm256_set1_epi64x(0x7fffffff));
+  const __m256i hi = _mm256_srli_epi64(x, 31);
+  const __m128i lo32 = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(lo, pick));
+  const __m128i hi32 = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(hi, pick));
+  return _mm256_add_pd(_mm256_mul_pd(_mm256_cvtepi32_pd(hi32), _mm256_set1_pd(0x1p31)),
+                       _mm256_cvtepi32_pd(lo32));
+}
+#endif
+
+uint64_t tree_update(int64_t* R, const int64_t* Qw, double ia, double iq, int64_t y, int64_t V,
+                     uint64_t* bsum) {
+  uint64_t total = 0;
+  for (int64_t b0 = 0, k = 0; b0 < V; b0 += kDrawBlock, ++k) {
+    if (bsum[k] == 0) continue;
+    const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
+    int64_t i = b0;
+    uint64_t s = 0;
+#if SPECOPS_ISA == 2
+    const bool y_here = !Qw && y >= b0 && y < b1;
+    const int64_t r_y = y_here ? R[y] : 0;  // the point mass's token, before the lanes write it
+    const __m256d via = _mm256_set1_pd(ia), viq = _mm256_set1_pd(iq);
+    const __m256d s30 = _mm256_set1_pd(0x1p30), zero = _mm256_setzero_pd();
+    __m256i acc = _mm256_setzero_si256();
+    for (; i + 4 <= b1; i += 4) {
+      const __m256d rn = _mm256_mul_pd(
+          i62_to_pd(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(R + i))), via);
+      const __m256d qn = Qw ? _mm256_mul_pd(i62_to_pd(_mm256_loadu_si256(
+                                  reinterpret_cast<const __m256i*>(Qw + i))), viq)
+                            : zero;
+      // trunc(max(d, 0) * 2^60) as two 30-bit digits (d * 2^30 < 2^31 since d <= 1 + 2^-52)
+      const __m256d t = _mm256_mul_pd(_mm256_max_pd(_mm256_sub_pd(rn, qn), zero), s30);
+      const __m128i h = _mm256_cvttpd_epi32(t);
+      const __m128i l = _mm256_cvttpd_epi32(_mm256_mul_pd(_mm256_sub_pd(t, _mm256_cvtepi32_pd(h)), s30));
+      const __m256i w = _mm256_add_epi64(_mm256_slli_epi64(_mm256_cvtepi32_epi64(h), 30),
+                                         _mm256_cvtepi32_epi64(l));
+      _mm256_storeu_si256(reinterpret_cast<__m256i*>(R + i), w);
+      acc = _mm256_add_epi64(acc, w);
+    }
+    alignas(32) uint64_t la[4];
+    _mm256_store_si256(reinterpret_cast<__m256i*>(la), acc);
+    s = la[0] + la[1] + la[2] + la[3];
+    if (y_here && y < i) {  // the lanes took q = 0 at y: the point mass's token redone
+      s -= uint64_t(R[y]);
+      R[y] = tree_weight(r_y, nullptr, ia, iq, true);
+      s += uint64_t(R[y]);
+    }
+#endif
+    for (; i < b1; ++i) {
+      R[i] = tree_weight(R[i], Qw ? Qw + i : nullptr, ia, iq, i == y);
+      s += uint64_t(R[i]);
+    }
+    bsum[k] = s;
+    total += s;
+  }
+  return total;
+}
+
 }  // namespace
 
 extern const Passes SPECOPS_PASSES_TABLE = {
     SPECOPS_PASSES_NAME, &scale_max,  &exp_pass,   &masked_mass, &materialize,
     &gather_ge,          &gather_key, &band_pass,  &weights,     &block_mass,
-    &min_mass,
+    &min_mass,           &tree_update,
 };
 
 }  // namespace specops

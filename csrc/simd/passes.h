@@ -60,6 +60,12 @@ struct Passes {
   // acceptance rates (reference section 10): sum of trunc(min(p, q > 0 ? q : 0) * 2^60);
   // r: scratch of V floats
   uint64_t (*min_mass)(const float* p, const float* q, float* r, int64_t V);
+  // tree verification (reference section 11), in place over R [V] (0 <= R <= 2^61):
+  // R = max(trunc((R * ia - (Qw ? Qw * iq : z == y)) * 2^60), 0) in float64, skipping the
+  // kDrawBlock blocks whose block_sums entry is 0 (they stay 0); block_sums updated; returns
+  // the total
+  uint64_t (*tree_update)(int64_t* R, const int64_t* Qw, double ia, double iq, int64_t y,
+                          int64_t V, uint64_t* block_sums);
 };
 
 // Levels, lowest first.  The tables a build contains (see isa.cpp).

@@ -52,27 +52,12 @@ inline uint64_t integer_weights(const float* x, int64_t V, int64_t* W, uint64_t*
 // d = R(z)*(1/A) - Qw(z)*(1/Q) in float64 (two products, one subtraction); Qw == nullptr is the
 // point mass at y (Qw(z)/Q is 1 at y, 0 elsewhere).  -1 <= d <= 1, so d * 2^60 converts to
 // int64 whatever its sign, and max(trunc(d * 2^60), 0) is the rule without a branch on the
-// sign of d (unpredictable: a branch there costs more than the arithmetic).
-// A block whose R is all 0 stays 0 (d <= 0 there) and is skipped: after top-k / top-p, or
-// where real logits put no mass, most of the row.
+// sign of d (unpredictable: a branch there costs more than the arithmetic).  A block whose
+// R is all 0 stays 0 (d <= 0 there) and is skipped: after top-k / top-p, or where real logits
+// put no mass, most of the row.  The per-ISA pass (simd/passes.cpp, tree_update) does it.
 inline void reject_update(Residual& r, const int64_t* Qw, uint64_t Q, int64_t y) {
-  const double ia = reciprocal(r.A), iq = Qw ? reciprocal(Q) : 0.0;
-  uint64_t total = 0;
-  for (int64_t k0 = 0; k0 < r.V; k0 += kDrawBlock) {
-    if (r.block_sums[k0 / kDrawBlock] == 0) continue;
-    const int64_t k1 = std::min(r.V, k0 + kDrawBlock);
-    uint64_t s = 0;
-    for (int64_t z = k0; z < k1; ++z) {
-      const double qn = Qw ? weight_ratio(Qw[z], iq) : (z == y ? 1.0 : 0.0);
-      const double d = weight_ratio(r.R[z], ia) - qn;
-      const int64_t w = int64_t(d * 0x1p60);  // >= 1 only where d > 0
-      r.R[z] = std::max<int64_t>(w, 0);
-      s += uint64_t(r.R[z]);
-    }
-    r.block_sums[k0 / kDrawBlock] = s;
-    total += s;
-  }
-  r.A = total;
+  r.A = passes().tree_update(r.R, Qw, reciprocal(r.A), Qw ? reciprocal(Q) : 0.0, y, r.V,
+                             r.block_sums);
 }
 
 // The draw of section 5 over R (A > 0): the smallest z with R(0) + ... + R(z) >
