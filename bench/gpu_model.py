@@ -311,6 +311,22 @@ def pipelines_for(choice):
     return ["fused", "split"] if sig["fused"] != sig["split"] else [None]
 
 
+def _run_jobs(fn, jobs, quick, workers=None):
+    """fn(*job) for every job: in this process (quick, or one worker) or in spawned worker
+    processes (fn must pickle by module name); a quick run raises on the first failure."""
+    import concurrent.futures as cf
+    import multiprocessing as mp
+    workers = workers or (1 if quick else min(len(jobs), os.cpu_count() or 1))
+    if workers == 1:
+        done = [fn(*j) for j in jobs]
+    else:
+        with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
+            done = list(pool.map(fn, *zip(*jobs)))
+    if quick and any(isinstance(r, str) for r in done):
+        raise RuntimeError(done)
+    return done
+
+
 def _job(p, s, points, tile=RUN_TILE):
     """One (pipeline, setting) in a worker process -> {(B, V): [Launch]}."""
     torch.set_num_threads(1)           # the workers share the cores
@@ -331,8 +347,6 @@ def run(quick=False, pipeline="both", settings=None, workers=None):
     """-> ({pipeline: {setting: {(B, V): [Launch]}}}, {pipeline: whether the GPU tile gives
     the same counts as RUN_TILE}); jobs in parallel processes (the interpreter is
     single-threaded Python)."""
-    import concurrent.futures as cf
-    import multiprocessing as mp
     from bench import gpu_model as me  # jobs pickle by module name, also under python -m
     points = QUICK_POINTS if quick else FULL_POINTS
     settings = settings or (SETTINGS[:1] if quick else SETTINGS)
@@ -341,14 +355,7 @@ def run(quick=False, pipeline="both", settings=None, workers=None):
     jobs = sorted(((p, s, points, RUN_TILE) for p in pipes for s in settings),
                   key=lambda j: cost[j[1][2]])
     jobs += [] if quick else [(p, settings[0], points[:1], GPU_TILE) for p in pipes]
-    workers = workers or (1 if quick else min(len(jobs), os.cpu_count() or 1))
-    if workers == 1:
-        done = [me._job(*j) for j in jobs]
-    else:
-        with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            done = list(pool.map(me._job, *zip(*jobs)))
-    if quick and any(isinstance(r, str) for r in done):
-        raise RuntimeError(done)
+    done = _run_jobs(me._job, jobs, quick, workers)
     got = {(p, s, tile): r for (p, s, _, tile), r in zip(jobs, done)}
     counts = lambda recs: [(r.kernel, r.grid, r.loaded, r.stored, r.busiest) for r in recs]
     same = {p: counts(got[p, settings[0], GPU_TILE][points[0]])
@@ -690,8 +697,6 @@ def _tree_job(kind, s, walk, points, tile=RUN_TILE):
 def run_tree(quick=False, settings=None, workers=None):
     """-> {"tree": {(setting, walk): runs}, "chain": {pipeline: runs}, "drafted": {(B, V):
     rows}, "same": whether the GPU tile gives RUN_TILE's counts}; jobs as in run()."""
-    import concurrent.futures as cf
-    import multiprocessing as mp
     from bench import gpu_model as me
     points = QUICK_POINTS if quick else FULL_POINTS
     settings = settings or (SETTINGS[:1] if quick else SETTINGS)
@@ -703,14 +708,7 @@ def run_tree(quick=False, settings=None, workers=None):
         jobs += [("chain", SETTINGS[0], p, points, RUN_TILE) for p in ("fused", "split")]
         jobs += [("tree", settings[0], walks[0], points[:1], GPU_TILE),
                  ("drafted", None, None, DRAFTED_POINTS, RUN_TILE)]
-    workers = workers or (1 if quick else min(len(jobs), os.cpu_count() or 1))
-    if workers == 1:
-        done = [me._tree_job(*j) for j in jobs]
-    else:
-        with cf.ProcessPoolExecutor(workers, mp_context=mp.get_context("spawn")) as pool:
-            done = list(pool.map(me._tree_job, *zip(*jobs)))
-    if quick and any(isinstance(r, str) for r in done):
-        raise RuntimeError(done)
+    done = _run_jobs(me._tree_job, jobs, quick, workers)
     res = {"tree": {}, "chain": {}, "drafted": {}, "same": None}
     for (kind, s, w, _, tile), r in zip(jobs, done):
         if kind == "tree" and tile == RUN_TILE:
