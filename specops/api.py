@@ -366,10 +366,11 @@ def _prepare(target_logits=None, draft_token_ids=None, draft_probs=None, target_
              draft_logits=None, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
              num_draft_tokens=None, cu_num_draft_tokens=None, seed=None, offset=None,
              generator=None, max_num_draft_tokens=None, scalars=False,
-             validate=None) -> Canonical:
+             validate=None, vocab_size=None) -> Canonical:
     """Check everything ``validate`` allows and return the canonical (flattened) arguments
     of the ops; with `scalars`, parameters given as Python scalars stay Python numbers (see
-    _tensors)."""
+    _tensors).  ``vocab_size``: the global V when the tensors hold a vocabulary shard
+    (specops.distributed); draft ids are checked against it."""
     _check_validate(validate)
     target, tname, is_probs = pick_target(target_logits, target_probs, draft_probs,
                                           draft_logits, (2, 3))
@@ -383,12 +384,12 @@ def _prepare(target_logits=None, draft_token_ids=None, draft_probs=None, target_
     if draft is not None:
         _check_tensor(dname, draft, (torch.float32,) if draft_probs is not None
                       else LOGIT_DTYPES, (2,) if flat else (3,), device)
-    V = target.shape[-1]
+    V = target.shape[-1] if vocab_size is None else vocab_size
     if not 1 <= V <= _ref.MAX_VOCAB:
         raise ValueError(f"{tname}: vocabulary size V must be in [1, {_ref.MAX_VOCAB}], got {V}")
-    if draft is not None and draft.shape[-1] != V:
-        raise ValueError(f"{dname} must have V={V} columns like {tname}, got shape "
-                         f"{tuple(draft.shape)}")
+    if draft is not None and draft.shape[-1] != target.shape[-1]:
+        raise ValueError(f"{dname} must have {target.shape[-1]} columns like {tname}, got "
+                         f"shape {tuple(draft.shape)}")
 
     if flat:
         B, target_row_start, draft_row_start, num_draft, max_k = _flattened(
@@ -407,9 +408,9 @@ def _prepare(target_logits=None, draft_token_ids=None, draft_probs=None, target_
         if tuple(draft_token_ids.shape) != (B, K):
             raise ValueError(f"draft_token_ids must have shape [B, K] = [{B}, {K}] to match "
                              f"{tname} {tuple(target.shape)}, got {tuple(draft_token_ids.shape)}")
-        if draft is not None and tuple(draft.shape) != (B, K, V):
-            raise ValueError(f"{dname} must have shape [B, K, V] = [{B}, {K}, {V}], got "
-                             f"{tuple(draft.shape)}")
+        if draft is not None and tuple(draft.shape) != (B, K, target.shape[-1]):
+            raise ValueError(f"{dname} must have shape [B, K, V] = [{B}, {K}, "
+                             f"{target.shape[-1]}], got {tuple(draft.shape)}")
         if max_num_draft_tokens is not None:
             raise ValueError("max_num_draft_tokens is for the flattened layout; the padded "
                              "layout's width is K + 1")
@@ -419,8 +420,8 @@ def _prepare(target_logits=None, draft_token_ids=None, draft_probs=None, target_
             num_draft = _per_request("num_draft_tokens", num_draft_tokens, B, torch.int64,
                                      device, _Range(0, K, False, False, f"in [0, K={K}]"),
                                      validate=validate)
-        target2 = target.reshape(B * K1, V)
-        draft2 = None if draft is None else draft.reshape(B * K, V)
+        target2 = target.reshape(B * K1, target.shape[-1])
+        draft2 = None if draft is None else draft.reshape(B * K, target.shape[-1])
         ids = draft_token_ids.reshape(B * K)
     if target2.stride(-1) != 1:
         target2 = target2.contiguous()

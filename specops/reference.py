@@ -332,6 +332,48 @@ index of each accepted token, -1 after), ``valid`` [B] bool.  Bit-identity acros
 rests on integer sums and correctly rounded, unfused float64 reciprocals, products and
 subtractions.
 
+12. Vocabulary-parallel verification (``specops.distributed``)
+-------------------------------------------------------------
+With tensor parallelism each rank of a process group holds a contiguous column shard
+``[vocab_start, vocab_start + V_local)`` of every target and draft row (shards may be uneven,
+each ``V_local >= 1``, together exactly ``[0, V)``); draft ids are global.  The result is
+*defined* as sections 1-10 applied to the rows the shards concatenate to: every rank returns
+the tokens, ``num_accepted``, ``valid`` (and ``accept_rates``) of the single-device call,
+bit for bit.  What makes that possible without gathering the rows: every row statistic of the
+contract is an exact reduction, so ranks exchange only per-row numbers.
+
+* *Validity and maxima* (one max-reduction): per row, "contains NaN / +inf / an entry outside
+  [0, 1]" flags (any), "not all -inf" (any), ``max x`` and the lowest-index argmax, the latter
+  as one int64 key ``(order(v) - 2**31) * 2**32 + (2**32 - 1 - index)``, ``order`` the monotone
+  map of float32 bits to uint32 (``-0.0`` is first made ``+0.0``, so that ties follow the
+  float comparison): the maximum key is the largest value at its lowest global index.
+* *top-k threshold* (four sum-reductions): the k-th largest ``x`` by radix selection on
+  ``order(x)``, 8 bits per round from the top; round r counts, per row, the entries whose key
+  matches the digits found so far, by their next digit (a [rows, 256] count), and keeps the
+  largest digit whose count from the top reaches the rank still sought.  The result is the
+  k-th largest key, whose value is the k-th largest ``x``; ``keep = x >= thr`` as before.
+* *Masses* (one sum-reduction): ``S = sum E`` and, for min-p, ``sum of E over e >= min_p``.
+* *top-p threshold* (four sum-reductions): the same radix selection on the bits of ``e``
+  (non-negative float32 order like their bits), counting integer masses ``E`` instead of
+  entries: the largest digit whose mass from the top ``M`` satisfies
+  ``float64(M) >= float64(top_p) * float64(S)``.  The last round's bucket is one value:
+  ``tau``, with its mass ``S_tau = sum of E over e >= tau`` exact.  The renormaliser is then
+  ``S' = S_tau`` or the min-p mass (whichever threshold is larger), or ``S``.
+* *The walk* (one sum-reduction): ``p_j(y_j)`` and ``q_j(y_j)`` come from the rank owning
+  ``y_j`` (the others add 0, their float32 bits carried in int64, so the value is exact and
+  NaN survives), with the beta sums of section 10 when asked; block verification adds one
+  sum-reduction for ``S_j`` of section 9 once every rank knows the ``rho_j``.  Every rank then
+  runs the same walk on the same numbers with the same Philox words.
+* *The draw* (a gather, then a max-reduction): each rank sums its section 5 weights ``W`` and
+  the fallback ``trunc(p * 2**60)``; with every rank's sums and ``vocab_start`` gathered, each
+  computes ``S`` and ``t`` of section 5 (the 128-bit product in 32-bit limbs) and the prefix of
+  the ranks before it in vocabulary order; the rank with ``prefix <= t < prefix + S_local``
+  finds the token in its cumulative sum; the others offer -1 to the max.
+
+The only per-call host agreement needed: every rank passes the same arguments except the
+shards.  Without ``seed``, the seeds drawn on the group's first rank are broadcast (otherwise
+each rank's default generator would draw its own).
+
 The vocabulary-split GPU pipeline (``triton_kernels/pipeline``) computes the same row
 statistics as this module by reductions over vocabulary chunks: maxima, lowest-index argmax,
 counts and the integer masses of sections 2 and 5 combine exactly in any order, so it emits

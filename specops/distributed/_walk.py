@@ -1,0 +1,212 @@
+"""The verification walk (reference sections 1, 3, 7-10) over a vocabulary shard, vectorised
+over requests: every rank runs it on the same exchanged numbers (section 12)."""
+from __future__ import annotations
+
+from typing import Optional
+
+import torch
+
+from specops import reference as _ref
+from specops.distributed import _draw
+from specops.distributed._transform import transform
+
+M32 = 0xFFFFFFFF
+W_SCALE = float(2 ** _ref.W_SCALE_BITS)
+
+
+def _first(mask: torch.Tensor, default: torch.Tensor) -> torch.Tensor:
+    """Per row, the first column where mask holds, else ``default``."""
+    if mask.shape[1] == 0:
+        return default
+    return torch.where(mask.any(1), mask.to(torch.int8).argmax(1), default)
+
+
+def _at(t: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
+    """t[b, j[b]] (j clamped into the row)."""
+    return t.gather(1, j.clamp(0, t.shape[1] - 1)[:, None]).squeeze(1)
+
+
+def _bits(v: torch.Tensor) -> torch.Tensor:
+    return v.contiguous().view(torch.int32).to(torch.int64) & M32
+
+
+def _from_bits(b: torch.Tensor) -> torch.Tensor:
+    return torch.where(b >= (1 << 31), b - (1 << 32), b).to(torch.int32).view(torch.float32)
+
+
+def _block_weights(p, q, onehot_y, rho):
+    """D(x) = trunc(d * 2**60), d = rho p - max(q, 0) where rho p > q (float64; section 9);
+    q None: the point mass ``onehot_y``.  p, q [..., V_local], rho [...]."""
+    pd = p.double() * rho[..., None]
+    qd = onehot_y.double() if q is None else q.double()
+    d = torch.where(pd > qd, pd - qd.clamp(min=0.0), 0.0)
+    return (d * W_SCALE).to(torch.int64)
+
+
+def verify(comm, a, vocab_start: int, V: int, method: str, want_rates: bool,
+           has_topk: bool, has_topp: bool):
+    """The canonical arguments ``a`` (specops.api.Canonical, [B] tensors; target and draft
+    hold this rank's columns) -> (token_ids, num_accepted, valid, accept_rates or None)."""
+    tgt, dev = a.target, a.target.device
+    B, M = a.num_draft.shape[0], int(a.max_k)
+    N, Vl = tgt.shape
+    j1 = torch.arange(M + 1, device=dev, dtype=torch.int64)[None, :]
+    jm = j1[:, :M]
+    greedy = a.inv_temp == 0
+
+    # Which rows and ids each request uses (sections 1, 7, 8).
+    T = a.draft_ids.shape[0]
+    n_rows = T if a.draft is None else min(T, a.draft.shape[0])
+    dpos = a.draft_row_start[:, None] + jm                            # [B, M]
+    ids = a.draft_ids[dpos.clamp(0, max(T - 1, 0))] if T else torch.full_like(dpos, -1)
+    in_nd = jm < a.num_draft[:, None]
+    id_bad = in_nd & (dpos >= 0) & (dpos < T) & ((ids < -1) | (ids >= V))
+    params_ok = ((a.inv_temp >= 0) & (a.inv_temp < float("inf")) & (a.top_k >= 0)
+                 & (a.top_p > 0) & (a.top_p <= 1) & (a.min_p >= 0) & (a.min_p <= 1))
+    if a.target_is_probs:
+        params_ok &= (((a.inv_temp == 0) | (a.inv_temp == 1)) & (a.top_k == 0)
+                      & (a.top_p == 1) & (a.min_p == 0))
+    ok_req = params_ok & (a.num_draft >= 0) & (a.num_draft <= M) & ~id_bad.any(1)
+    row_out = (dpos < 0) | (dpos >= n_rows)
+    cut = in_nd & (row_out | (ids < 0) | (ids >= V))
+    kb = _first(cut, a.num_draft.clamp(0, M))
+    oob = _at(cut & row_out, kb) & (kb < a.num_draft) if M else torch.zeros_like(ok_req)
+    tpos = a.target_row_start[:, None] + j1                           # [B, M + 1]
+    t_in = (tpos >= 0) & (tpos < N)
+
+    # The transform of every row a request may read, statistics reduced over the ranks.
+    def rep(t, n):
+        return t[:, None].expand(B, n).reshape(-1)
+    trows = tgt[tpos.clamp(0, N - 1).reshape(-1)] if N else tgt.new_zeros((B * (M + 1), Vl))
+    blocks = [(trows, a.target_is_probs)]
+    params = [rep(t, M + 1) for t in (a.inv_temp, a.top_k, a.top_p, a.min_p)]
+    qlog = a.draft is not None and not a.draft_is_probs and M > 0
+    drows = None
+    if a.draft is not None and M > 0:
+        drows = a.draft[dpos.clamp(0, max(a.draft.shape[0] - 1, 0)).reshape(-1)]
+        if qlog:
+            blocks.append((drows, False))
+            params = [torch.cat([p, rep(t, M)]) for p, t in
+                      zip(params, (a.inv_temp, a.top_k, a.top_p, a.min_p))]
+    rows = transform(comm, blocks, *params, vocab_start, V, has_topk, has_topp)
+    nt = B * (M + 1)
+    P = rows.p[:nt].view(B, M + 1, Vl)
+    t_ok = rows.valid[:nt].view(B, M + 1) & t_in                      # full row check
+    t_arg = rows.argmax[:nt].view(B, M + 1)
+    Q = None
+    if qlog:
+        q_ok = rows.valid[nt:].view(B, M)
+        Q = torch.where(q_ok[..., None], rows.p[nt:].view(B, M, Vl), float("nan"))
+    elif drows is not None:
+        Q = drows.float().view(B, M, Vl)
+
+    # Round: p_j(y_j), q_j(y_j) from the rank owning y_j (and the beta sums).
+    local = ids - vocab_start
+    own = (local >= 0) & (local < Vl)
+    lc = local.clamp(0, Vl - 1)[..., None]
+    onehot = torch.zeros((B, M, Vl), dtype=torch.bool, device=dev)
+    onehot.scatter_(2, lc, own[..., None])
+    parts = [torch.where(own, _bits(P[:, :M].gather(2, lc).squeeze(2)), 0)]
+    if Q is not None:
+        parts.append(torch.where(own, _bits(Q.gather(2, lc).squeeze(2)), 0))
+    if want_rates and Q is not None:
+        m = torch.where(Q > 0, torch.minimum(P[:, :M], Q), 0.0)
+        parts.append((m * W_SCALE).to(torch.int64).sum(2))
+    got = torch.stack(parts, 2)
+    if M:
+        got = comm.all_reduce(got, "sum", "p(y), q(y), beta sums")
+    p_y = _from_bits(got[..., 0]).double()
+    q_y = _from_bits(got[..., 1]).double() if Q is not None else torch.ones_like(p_y)
+
+    w0, _ = _draw.stream(a.seed, a.offset, M + 1, _ref.TAG_ACCEPT)
+    u = w0.double() * 2.0 ** -32
+    in_block = jm < kb[:, None]
+    g = greedy[:, None]
+    rates = None
+    if want_rates:                      # section 10: p(y) for point masses and greedy rows
+        rates = p_y.float()
+        if Q is not None:
+            rates = torch.where(g, rates, (got[..., 2].double() * 2.0 ** -60).float())
+
+    block = method == "block"
+    rho_at = torch.ones(B, dtype=torch.float64, device=dev)
+    kind_block = torch.zeros(B, dtype=torch.bool, device=dev)
+    # The token walk (section 1) and, for block requests, section 9.
+    row_ok = t_in[:, :M] & (t_ok[:, :M] | (bool(a.target_is_probs) & ~g))
+    acc = row_ok & torch.where(g, ids == t_arg[:, :M], u[:, :M] * q_y < p_y)
+    stop = _first(in_block & ~acc, kb)
+    bad = (stop < kb) & ~_at(row_ok, stop)
+    bad |= (stop == kb) & oob
+    nacc = stop
+    rate_ok = (jm <= stop[:, None]) & in_block & row_ok & t_ok[:, :M]
+    if block:
+        blk = ~greedy
+        q_bad = torch.zeros_like(in_block) if not qlog else ~q_ok & in_block
+        t_cut = ~t_ok | ((j1 == kb[:, None]) & oob[:, None])
+        t_cut &= j1 <= kb[:, None]
+        any_cut = t_cut | torch.cat([q_bad, torch.zeros_like(t_cut[:, :1])], 1)
+        e = _first(any_cut, kb)
+        end_ok = ~_at(t_cut, e)
+        rho = [torch.ones(B, dtype=torch.float64, device=dev)]
+        for j in range(M):
+            t = rho[j] * p_y[:, j]
+            qv = q_y[:, j]
+            nxt = torch.where((t > 0) & (t >= qv), 1.0,
+                              torch.where((t > 0) & (qv > 0), t / qv, 0.0))
+            rho.append(torch.where(torch.isnan(nxt), 0.0, nxt))
+        rhos = torch.stack(rho, 1)                                    # [B, M + 1]
+        h = torch.ones_like(rhos)
+        if M > 1:
+            D = _block_weights(P[:, :M], Q, onehot, rhos[:, :M])
+            S = comm.all_reduce(D.sum(2), "sum", "block residual sums")
+            z = S.double() * 2.0 ** -60
+            den = z + (1.0 - rhos[:, :M])
+            h[:, :M] = torch.where(den > 0, z / den, 1.0)
+        jj = j1[:, 1:]
+        hit = (jj < e[:, None]) & (u[:, :M] < h[:, 1:])
+        hit |= (jj == e[:, None]) & (u[:, :M] < _at(rhos, e)[:, None])
+        tau = torch.where(hit.any(1), M - hit.flip(1).to(torch.int8).argmax(1), 0) \
+            if M else torch.zeros_like(e)
+        b_bad = (tau == e) & ~end_ok
+        nacc = torch.where(blk, tau, nacc)
+        bad = torch.where(blk, b_bad, bad)
+        kind_block = blk & (tau < e)
+        rho_at = _at(rhos, tau)
+        rate_ok = torch.where(blk[:, None], in_block & (jm <= e[:, None]) & t_ok[:, :M],
+                              rate_ok)
+
+    # The sampled position: its row's full check, then the draw (section 5).
+    js = nacc
+    bad |= ~_at(t_ok, js)
+    p_s = P.gather(1, js.clamp(0, M)[:, None, None].expand(B, 1, Vl)).squeeze(1)
+    jq = js.clamp(0, max(M - 1, 0))
+    oh = onehot.gather(1, jq[:, None, None].expand(B, 1, Vl)).squeeze(1) if M else None
+    q_s = None
+    if Q is not None:
+        q_s = Q.gather(1, jq[:, None, None].expand(B, 1, Vl)).squeeze(1)
+    bonus = (js >= kb)[:, None]
+    if block:                           # a block's end (tau == e) draws from p_e
+        bonus = bonus | (~greedy & ~kind_block)[:, None]
+    if q_s is None:
+        r = torch.where(oh, 0.0, p_s) if M else p_s
+    else:
+        r = torch.where(p_s > q_s, p_s - q_s.clamp(min=0.0), 0.0)
+    Wp = (p_s * W_SCALE).to(torch.int64)
+    W = torch.where(bonus, Wp, (r * W_SCALE).to(torch.int64))
+    if block and M:
+        W = torch.where(kind_block[:, None], _block_weights(p_s, q_s, oh, rho_at), W)
+    w0, w1 = _draw.stream(a.seed, a.offset, M + 1, _ref.TAG_SAMPLE)
+    U = _at(w0 | (w1 << 32), js)
+    drawn = _draw.draw(comm, W, Wp, U, vocab_start)
+    tok = torch.where(greedy, _at(t_arg, js), drawn)
+    good = ok_req & ~bad & (tok >= 0) & (tok < V)
+
+    # The outputs.
+    ids_pad = torch.cat([ids, torch.full_like(ids[:, :1], -1)], 1)
+    out = torch.where(j1 < nacc[:, None], ids_pad, -1)
+    out = torch.where((j1 == nacc[:, None]) & good[:, None], tok[:, None], out)
+    out = torch.where(ok_req[:, None], out, -1)
+    nacc = torch.where(ok_req, nacc, 0)
+    if rates is not None:
+        rates = torch.where(rate_ok & ok_req[:, None], rates, float("nan"))
+    return out.to(torch.int32), nacc.to(torch.int32), good, rates
