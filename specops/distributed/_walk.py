@@ -22,7 +22,9 @@ def _first(mask: torch.Tensor, default: torch.Tensor) -> torch.Tensor:
 
 
 def _at(t: torch.Tensor, j: torch.Tensor) -> torch.Tensor:
-    """t[b, j[b]] (j clamped into the row)."""
+    """t[b, j[b]] (j clamped into the row; zeros for an empty row)."""
+    if t.shape[1] == 0:
+        return t.new_zeros(t.shape[:1])
     return t.gather(1, j.clamp(0, t.shape[1] - 1)[:, None]).squeeze(1)
 
 
@@ -202,7 +204,8 @@ def verify(comm, a, vocab_start: int, V: int, method: str, want_rates: bool,
     good = ok_req & ~bad & (tok >= 0) & (tok < V)
 
     # The outputs.
-    ids_pad = torch.cat([ids, torch.full_like(ids[:, :1], -1)], 1)
+    ids_pad = torch.full((B, M + 1), -1, dtype=torch.int64, device=dev)
+    ids_pad[:, :M] = ids
     out = torch.where(j1 < nacc[:, None], ids_pad, -1)
     out = torch.where((j1 == nacc[:, None]) & good[:, None], tok[:, None], out)
     out = torch.where(ok_req[:, None], out, -1)
