@@ -122,8 +122,13 @@ def verify_block(target_logits=None, draft_token_ids=None, draft_probs=None, *,
         a = a._replace(seed=comm.broadcast_first(a.seed.clone(), "seeds"))
     has_topk, has_topp = _filters(a, top_k, top_p, validate)
     if B:
+        sampled = not (isinstance(temperature, numbers.Real)      # all greedy: no exp pass
+                       and float(temperature) < float(_ref.GREEDY_TEMPERATURE))
+        if sampled and _api._reads(validate, a.inv_temp):
+            sampled = bool((a.inv_temp != 0).any())
         tok, nacc, valid, rates = _verify(comm, a, int(vocab_start), V, method,
-                                          bool(return_accept_rates), has_topk, has_topp)
+                                          bool(return_accept_rates), has_topk, has_topp,
+                                          sampled)
     else:
         tok, nacc, valid = (torch.empty((0, a.max_k + 1), dtype=torch.int32, device=device),
                             torch.empty(0, dtype=torch.int32, device=device),

@@ -6,6 +6,7 @@ from typing import Optional
 
 import torch
 
+from specops import api as _api
 from specops import reference as _ref
 from specops.distributed import _draw
 from specops.distributed._transform import transform
@@ -46,7 +47,7 @@ def _block_weights(p, q, onehot_y, rho):
 
 
 def verify(comm, a, vocab_start: int, V: int, method: str, want_rates: bool,
-           has_topk: bool, has_topp: bool):
+           has_topk: bool, has_topp: bool, sampled: bool = True):
     """The canonical arguments ``a`` (specops.api.Canonical, [B] tensors; target and draft
     hold this rank's columns) -> (token_ids, num_accepted, valid, accept_rates or None)."""
     tgt, dev = a.target, a.target.device
@@ -79,18 +80,24 @@ def verify(comm, a, vocab_start: int, V: int, method: str, want_rates: bool,
     # The transform of every row a request may read, statistics reduced over the ranks.
     def rep(t, n):
         return t[:, None].expand(B, n).reshape(-1)
-    trows = tgt[tpos.clamp(0, N - 1).reshape(-1)] if N else tgt.new_zeros((B * (M + 1), Vl))
+    # The padded layout's rows are already in (request, position) order: no copy.
+    padded = a.target_row_start is _api._padded_rows(B, M, dev)[0]
+    if padded and N == B * (M + 1):
+        trows = tgt
+    else:
+        trows = tgt[tpos.clamp(0, N - 1).reshape(-1)] if N else tgt.new_zeros((B * (M + 1), Vl))
     blocks = [(trows, a.target_is_probs)]
     params = [rep(t, M + 1) for t in (a.inv_temp, a.top_k, a.top_p, a.min_p)]
     qlog = a.draft is not None and not a.draft_is_probs and M > 0
     drows = None
     if a.draft is not None and M > 0:
-        drows = a.draft[dpos.clamp(0, max(a.draft.shape[0] - 1, 0)).reshape(-1)]
+        drows = a.draft if padded and a.draft.shape[0] == B * M else \
+            a.draft[dpos.clamp(0, max(a.draft.shape[0] - 1, 0)).reshape(-1)]
         if qlog:
             blocks.append((drows, False))
             params = [torch.cat([p, rep(t, M)]) for p, t in
                       zip(params, (a.inv_temp, a.top_k, a.top_p, a.min_p))]
-    rows = transform(comm, blocks, *params, vocab_start, V, has_topk, has_topp)
+    rows = transform(comm, blocks, *params, vocab_start, V, has_topk, has_topp, sampled)
     nt = B * (M + 1)
     P = rows.p[:nt].view(B, M + 1, Vl)
     t_ok = rows.valid[:nt].view(B, M + 1) & t_in                      # full row check
