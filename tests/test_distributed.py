@@ -114,7 +114,7 @@ def test_every_rank_equals_the_single_device_call(ranks, world, backend):
     for name, kw, opts in CASES:
         V = (kw.get("target_logits") if kw.get("target_logits") is not None
              else kw["target_probs"]).shape[-1]
-        if backend == "triton" and V > 1000:
+        if backend == "triton" and V > 7:
             continue                                # the interpreter: small V only
         ref = _single(kw, opts, backend)
         rates = getattr(ref, "accept_rates", None)
