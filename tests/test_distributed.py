@@ -126,7 +126,7 @@ def test_every_rank_equals_the_single_device_call(ranks, world, backend):
             except AssertionError as ex:
                 raise AssertionError(f"{name}, world {world}, rank {r}, {backend}") from ex
         checked += 1
-    assert checked >= 100
+    assert checked >= (50 if backend == "triton" else 100)
 
 
 @pytest.mark.parametrize("world", WORLDS)
