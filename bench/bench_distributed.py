@@ -13,11 +13,8 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
 import statistics
-import sys
 import tempfile
 import time
 
@@ -27,6 +24,7 @@ import torch.distributed as dist
 import specops
 import specops.distributed as sd
 from bench.__main__ import draft_side, make_inputs
+from bench.report import Report
 
 B, K, V = 32, 4, 128256
 SETTINGS = {
@@ -174,25 +172,11 @@ def main(argv=None):
     ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
                                                   "distributed.md"))
     args = ap.parse_args(argv)
-    lines = []
-
-    def emit(s=""):
-        print(s, flush=True)
-        lines.append(s)
-    emit("# specops vocabulary-parallel verification benchmark")
-    emit()
-    cmd = " ".join(["python -m bench.bench_distributed"] + list(argv if argv is not None
-                                                                 else sys.argv[1:]))
-    emit(f"- command: `{cmd}`")
-    emit(f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}")
-    emit(f"- machine: {os.cpu_count()} cores, {platform.platform()}, torch {torch.__version__}")
-    emit()
-    exchange_table(emit)
-    timing_table(emit, args.reps)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        print(f"wrote {args.out}")
+    rep = Report("specops vocabulary-parallel verification benchmark",
+                 "python -m bench.bench_distributed", argv)
+    exchange_table(rep.emit)
+    timing_table(rep.emit, args.reps)
+    rep.save(args.out)
 
 
 if __name__ == "__main__":

@@ -12,9 +12,7 @@
 from __future__ import annotations
 
 import argparse
-import datetime
 import os
-import platform
 
 import numpy as np
 import torch
@@ -22,6 +20,7 @@ import torch
 import specops
 from bench import peers
 from bench.__main__ import DRAFT_NOISE, timeit
+from bench.report import Report
 from specops import reference as R
 
 # A 16-node tree shaped like a top-k expansion (EAGLE-style): 4 root children, then 2, 2, 1,
@@ -175,25 +174,10 @@ def main(argv=None):
                                                   "tree.md"))
     args = ap.parse_args(argv)
     torch.set_num_threads(os.cpu_count() or 1)
-    lines = []
-
-    def emit(s=""):
-        print(s, flush=True)
-        lines.append(s)
-    emit("# specops tree verification benchmark")
-    emit()
-    cmd = " ".join(["python -m bench.bench_tree"] + list(argv if argv is not None
-                                                            else __import__("sys").argv[1:]))
-    emit(f"- command: `{cmd}`")
-    emit(f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}")
-    emit(f"- machine: {os.cpu_count()} cores, {platform.platform()}, torch {torch.__version__}, "
-         f"backend `{args.backend}`, medians of {args.reps} alternating repetitions")
-    emit()
-    section(emit, args.reps, args.backend)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        print(f"wrote {args.out}")
+    rep = Report("specops tree verification benchmark", "python -m bench.bench_tree", argv,
+                 f", backend `{args.backend}`, medians of {args.reps} alternating repetitions")
+    section(rep.emit, args.reps, args.backend)
+    rep.save(args.out)
 
 
 if __name__ == "__main__":
