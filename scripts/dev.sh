@@ -32,5 +32,5 @@ export SPECOPS_SKIP_ALLOWLIST="$PWD/ci/allowed_skips.txt"
 if [ "${SPECOPS_SKIP_VLLM:-0}" != 1 ]; then
   VPY="$(bash ci/setup_vllm_env.sh | tail -1)"
   SPECOPS_SKIP_ALLOWLIST="$PWD/ci/allowed_skips_vllm.txt" \
-    "$VPY" -m pytest -q -rs tests/integrations/test_vllm.py
+    "$VPY" -m pytest -q -rs tests/integrations/test_vllm*.py
 fi
