@@ -139,9 +139,22 @@ def _positions(mask, n_new):
     return pos[:, -n_new:]
 
 
-def _forward(model, ids, mask, cache):
+def _cache_kwarg(model) -> str:
+    """The name the model's forward takes its KV cache under: ``cache`` since transformers
+    5.24 renamed it (``past_key_values`` still works there, with a FutureWarning, until its
+    removal in 5.40), ``past_key_values`` before.  Read from the signature, so that models
+    whose forward has not been renamed yet keep working."""
+    import inspect
+    try:
+        params = inspect.signature(model.forward).parameters
+    except (TypeError, ValueError):
+        return "past_key_values"
+    return "cache" if "cache" in params else "past_key_values"
+
+
+def _forward(model, ids, mask, cache, cache_kw):
     out = model(input_ids=ids, attention_mask=mask, position_ids=_positions(mask, ids.shape[1]),
-                past_key_values=cache, use_cache=True)
+                use_cache=True, **{cache_kw: cache})
     return out.logits.float()
 
 
@@ -238,11 +251,12 @@ def generate(target_model, draft_model, input_ids: torch.Tensor,
 
     # prefill both models with the prompt minus its last token (pending for both)
     tcache, dcache = _new_cache(target_model), _new_cache(draft_model)
+    tkw, dkw = _cache_kwarg(target_model), _cache_kwarg(draft_model)
     tmask = attention_mask.clone()
     dmask = attention_mask.clone()
     if L > 1:
-        _forward(target_model, input_ids[:, :-1], attention_mask[:, :-1], tcache)
-        _forward(draft_model, input_ids[:, :-1], attention_mask[:, :-1], dcache)
+        _forward(target_model, input_ids[:, :-1], attention_mask[:, :-1], tcache, tkw)
+        _forward(draft_model, input_ids[:, :-1], attention_mask[:, :-1], dcache, dkw)
         stats["target_calls"] += 1
         stats["draft_calls"] += 1
     tmask, dmask = attention_mask[:, :-1], attention_mask[:, :-1]
@@ -270,7 +284,7 @@ def generate(target_model, draft_model, input_ids: torch.Tensor,
             else:
                 ids = d_ids[:, i - 1:i]
                 dmask = torch.cat([dmask, torch.ones(Ba, 1, dtype=torch.long, device=device)], 1)
-            logits = _forward(draft_model, ids, dmask, dcache)[:, -1, :V]
+            logits = _forward(draft_model, ids, dmask, dcache, dkw)[:, -1, :V]
             stats["draft_calls"] += 1
             q = specops.sampling_probs(logits, temperature=t_a, top_k=k_a, top_p=p_a,
                                        min_p=m_a, backend=backend)[0]
@@ -283,7 +297,7 @@ def generate(target_model, draft_model, input_ids: torch.Tensor,
         # ---- target scores every block in one pass
         t_in = torch.cat([pending[:, None], d_ids], 1)
         tmask = torch.cat([tmask, torch.ones(Ba, gamma + 1, dtype=torch.long, device=device)], 1)
-        t_logits = _forward(target_model, t_in, tmask, tcache)[:, :, :V].contiguous()
+        t_logits = _forward(target_model, t_in, tmask, tcache, tkw)[:, :, :V].contiguous()
         stats["target_calls"] += 1
         stats["steps"] += 1
         greedy = t_a == 0

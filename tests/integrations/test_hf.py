@@ -322,3 +322,53 @@ def test_block_sampled_first_tokens_match_target_law(models):
         logits = target(prompt).logits[0, -1:].float()
     p = specops.sampling_probs(logits, **setting)[0][0].double().numpy()
     assert chi2_pvalue(np.bincount(first, minlength=V), p) > ALPHA
+
+
+# ----------------------------------------------------------------------------- cache kwarg
+def test_generate_emits_no_warning(models):
+    """transformers 5.24 renamed forward's ``past_key_values`` to ``cache`` (FutureWarning
+    until its removal in 5.40): generate uses whichever name the installed forward takes,
+    and nothing on its path warns."""
+    import warnings
+    target, close, _ = models
+    ids, mask = prompts()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        out = specops.generate(target, close, ids, mask, max_new_tokens=6, num_draft_tokens=2,
+                               temperature=[0.0, 1.0, 0.7], seed=3, eos_token_id=[])
+    assert out.num_new_tokens.tolist() == [6, 6, 6]
+
+
+class _OldApi(torch.nn.Module):
+    """A causal LM whose forward takes the cache as ``past_key_values`` only (the API before
+    transformers 5.24, and of models not renamed yet): it forwards to the wrapped Llama
+    under the name that Llama takes."""
+
+    def __init__(self, inner):
+        super().__init__()
+        self.inner, self.config = inner, inner.config
+        self.generation_config = inner.generation_config
+        self.calls = 0
+
+    def get_output_embeddings(self):
+        return self.inner.get_output_embeddings()
+
+    def forward(self, input_ids=None, attention_mask=None, position_ids=None,
+                past_key_values=None, use_cache=None):
+        self.calls += 1
+        return self.inner(input_ids=input_ids, attention_mask=attention_mask,
+                          position_ids=position_ids, use_cache=use_cache,
+                          **{hf._cache_kwarg(self.inner): past_key_values})
+
+
+def test_generate_passes_the_cache_under_the_forwards_name(models):
+    target, close, _ = models
+    ids, mask = prompts()
+    assert hf._cache_kwarg(_OldApi(target)) == "past_key_values"
+    new_name = "cache" in inspect.signature(target.forward).parameters
+    assert hf._cache_kwarg(target) == ("cache" if new_name else "past_key_values")
+    old_t, old_d = _OldApi(target), _OldApi(close)
+    out = specops.generate(old_t, old_d, ids, mask, max_new_tokens=10, num_draft_tokens=3,
+                           temperature=0.0, eos_token_id=[])
+    assert torch.equal(out.sequences[:, ids.shape[1]:], hf_greedy(target, ids, mask, 10))
+    assert old_t.calls == out.stats["target_calls"] and old_d.calls == out.stats["draft_calls"]
