@@ -19,10 +19,28 @@ REQ="$ROOT/ci/requirements-vllm.txt"
 STAMP="$VENV/.specops-requirements.sha256"
 want="$(sha256sum "$REQ" | cut -d' ' -f1)"
 check='import torch, vllm.v1.sample.rejection_sampler, transformers, scipy, pytest
+import einops, blake3, numba, compressed_tensors, depyf, setproctitle
 assert torch.__version__.split("+")[0] == "2.13.0", torch.__version__'
+
+# specops itself, editable, so that vLLM's Worker processes find its vllm.general_plugins entry
+# point (tests/integrations/test_vllm_engine.py starts real engines).  SPECOPS_BUILD_CPP=0: no
+# compiler run here; the editable finder maps specops to $ROOT/specops, where the main
+# environment's editable install (scripts/dev.sh) has already built specops/_C (torch-free,
+# same CPython), so the engine runs specops' C++ path too.  A few seconds; redone whenever the
+# checkout moved (CI clones afresh), which the stamp of the requirements alone would miss.
+install_specops() {
+  if [ "$(cat "$VENV/.specops-root" 2>/dev/null)" != "$ROOT" ] \
+      || ! "$VENV/bin/python" -c 'import importlib.metadata as m; m.distribution("specops")' \
+        >/dev/null 2>&1; then
+    (cd "$ROOT" && SPECOPS_BUILD_CPP=0 "$VENV/bin/python" -m pip install -q \
+      --disable-pip-version-check --no-deps --no-build-isolation -e .)
+    echo "$ROOT" > "$VENV/.specops-root"
+  fi
+}
 
 if [ -f "$STAMP" ] && [ "$(cat "$STAMP")" = "$want" ] \
     && "$VENV/bin/python" -c "$check" >/dev/null 2>&1; then
+  install_specops
   echo "integration test env up to date: $VENV" >&2
   echo "$VENV/bin/python"
   exit 0
@@ -34,6 +52,7 @@ mkdir -p "$(dirname "$VENV")"
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check torch==2.13.0
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -r "$REQ"
 "$VENV/bin/python" -c "$check"
+install_specops
 echo "$want" > "$STAMP"
 echo "integration test env ready in $(( $(date +%s) - start )) s: $VENV" >&2
 echo "$VENV/bin/python"
