@@ -12,6 +12,7 @@
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <iterator>
@@ -162,6 +163,7 @@ py::dict constants() {
   SPECOPS_CONSTANT(TAG_ACCEPT);
   SPECOPS_CONSTANT(TAG_SAMPLE);
   SPECOPS_CONSTANT(EXP_CUTOFF);
+  SPECOPS_CONSTANT(EXP_ZERO_MASS);
   SPECOPS_CONSTANT(EXP_LOG2E);
   SPECOPS_CONSTANT(EXP_ROUND);
   SPECOPS_CONSTANT(EXP_LN2_HI);
@@ -336,6 +338,25 @@ PYBIND11_MODULE(_C, m) {
         return out;
       },
       "The portable float32 exp (reference.pexp) over an array, at the active ISA level");
+
+  m.def(
+      "exp_pass",
+      [](py::array_t<float, py::array::c_style | py::array::forcecast> x, float m, float thr,
+         bool tail) {
+        specops::check_isa_env();
+        py::array_t<float> out(x.request().shape);
+        const int64_t n = int64_t(x.size());
+        std::copy(x.data(), x.data() + n, out.mutable_data());
+        uint64_t S;
+        {
+          py::gil_scoped_release nogil;
+          S = specops::exp_pass_array(out.mutable_data(), n, m, thr, tail);
+        }
+        return py::make_tuple(out, S);
+      },
+      py::arg("x"), py::arg("m"), py::arg("thr"), py::arg("tail"),
+      "The transform's exp pass (tests): (entries, S).  entries = x >= thr ? pexp(x - m) : 0; "
+      "with tail=True, vectors without integer mass keep d = x - m (negative) instead");
 
   m.def("isa", &specops::isa,
         "The active ISA level: 'scalar', 'sse2' or 'avx2'.  Raises ValueError when "

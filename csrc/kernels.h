@@ -103,4 +103,9 @@ void sampling_probs(const Mat& logits, const TransformParams& params, float* out
 
 void pexp_array(const float* in, float* out, int64_t n);
 
+// The transform's exp pass over x (in place) at the active ISA level: e = x >= thr ?
+// pexp(x - m) : 0, with `tail` the entries of skipped zero-mass vectors hold d = x - m
+// (simd/passes.h); returns S = sum trunc(e * 2^40).  For the tests of that encoding.
+uint64_t exp_pass_array(float* x, int64_t n, float m, float thr, bool tail);
+
 }  // namespace specops

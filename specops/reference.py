@@ -76,6 +76,21 @@ multiply-add; C++ builds with ``-ffp-contract=off``, Triton with ``enable_fp_fus
 nearest even), ``r = (d - n * LN2_HI) - n * LN2_LO``, ``s = Horner(EXP_COEFFS, r)``,
 result ``s * 2**n`` (2**n built from its bits; n >= -125 so the result is normal).
 
+*Tokens without integer mass* (an implementation freedom, not a change of the law): every
+float32 ``d < EXP_ZERO_MASS = -27.75`` has ``trunc(pexp(d) * 2**40) = 0``.  Derivation from
+pexp: ``d < -27.75`` gives ``d * LOG2E < -40.03``, so ``n <= -40``; for ``n <= -41``,
+``s <= 1.42`` (``|r| <= ln2/2`` up to rounding) and ``pexp(d) <= 1.42 * 2**-41 < 2**-40``; for
+``n = -40``, ``r = d + 40 ln2 < -0.024`` (the two-step reduction is within 1e-6 of it), so
+``s <= 0.98`` and ``pexp(d) < 2**-40``.  Checked for every float32 in ``[-86, -27.75)``
+(``tests/test_zero_mass.py``).  Such a token adds nothing to ``S`` or ``S'`` and can never be
+``tau`` (tau's own group has ``E > 0``: ``S >= 2**40`` from the argmax and ``target > 0``), so the
+passes that compute the masses and the thresholds may replace its exp by the compare
+``x - m < EXP_ZERO_MASS`` (the same float32 ``d`` pexp would get).  Its probability is not 0:
+``e`` is tiny but ``p = e * 2**40 / S'`` is a normal float, and the draw's weights
+``trunc(r * 2**60)`` can be positive, so wherever a token's own ``p`` is read (the accept test's
+``p(y)``, the row a request draws from, a min-p below ``2**-40``) it is ``pexp(d)`` as always.
+The C++ path skips the exp of whole SIMD vectors whose kept lanes are all below the bound.
+
 Greedy rows skip the transform: the token is the lowest-index argmax of the float32 logits.
 
 3. Validity (NaN / inf policy)
@@ -406,6 +421,7 @@ TAG_ACCEPT = 0
 TAG_SAMPLE = 1
 
 EXP_CUTOFF = np.float32(-86.0)
+EXP_ZERO_MASS = np.float32(-27.75)                       # d below it: trunc(pexp(d) * 2**40) = 0
 EXP_LOG2E = np.float32(1.44269502162933349609375)        # float32(log2(e))
 EXP_ROUND = np.float32(12582912.0)                        # 1.5 * 2**23
 EXP_LN2_HI = np.float32(0.693145751953125)               # 12 significant bits: n*HI exact

@@ -667,7 +667,7 @@ def test_constants_match_reference():
                  "TAG_ACCEPT", "TAG_SAMPLE", "E_SCALE_BITS", "W_SCALE_BITS", "P_CHECK_BITS",
                  "MAX_VOCAB"):
         assert c[name] == getattr(R, name), name
-    for name in ("EXP_CUTOFF", "EXP_LOG2E", "EXP_ROUND", "EXP_LN2_HI", "EXP_LN2_LO", "FLT_MIN"):
+    for name in ("EXP_CUTOFF", "EXP_ZERO_MASS", "EXP_LOG2E", "EXP_ROUND", "EXP_LN2_HI", "EXP_LN2_LO", "FLT_MIN"):
         assert np.float32(c[name]) == c[name], name           # a float32 value, exactly
         assert bits(c[name]) == bits(getattr(R, name)), name
     assert len(c["EXP_COEFFS"]) == len(R.EXP_COEFFS)

@@ -36,7 +36,9 @@ inline int64_t f2i64(float v) {
 }
 
 // Integer mass of an e value in [0, 1] (exact).
-inline int64_t emass(float e) { return f2i64(e * kEScaleF); }
+// E of a transformed row's entry; a negative entry (a token the exp pass skipped, holding
+// d = x - m < EXP_ZERO_MASS, see simd/passes.h) has E = 0.
+inline int64_t emass(float e) { return e > 0.0f ? f2i64(e * kEScaleF) : 0; }
 
 // index base + j inside [0, n) without overflow
 inline bool in_range(int64_t base, int64_t j, int64_t n) {

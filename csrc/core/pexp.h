@@ -7,6 +7,14 @@
 namespace specops {
 
 constexpr float EXP_CUTOFF = -86.0f;
+// Every float32 d < EXP_ZERO_MASS has trunc(pexp(d) * 2^40) == 0: such a token adds nothing
+// to a row's integer mass S and can never be the top-p threshold, so the passes that compute
+// S and the thresholds may skip its exp (reference section 2, "Tokens without integer mass";
+// checked over every float32 below the bound by tests/test_zero_mass.py).  Derivation: for
+// d < -27.75, n = round(d * log2e) <= -40.  n <= -41: pexp(d) <= 1.42 * 2^-41 < 2^-40.
+// n = -40: r = d + 40 ln2 (+ < 1e-6 of rounding) < -0.024, so s = Horner(r) <= 0.98 and
+// pexp(d) = s * 2^-40 < 2^-40.
+constexpr float EXP_ZERO_MASS = -27.75f;
 constexpr float EXP_LOG2E = 1.44269502162933349609375f;
 constexpr float EXP_ROUND = 12582912.0f;  // 1.5 * 2^23
 constexpr float EXP_LN2_HI = 0.693145751953125f;

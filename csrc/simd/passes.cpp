@@ -148,29 +148,51 @@ RowScan scale_max(const float* src, float* dst, int64_t V, float inv_t) {
 // SPARSE (top-k rows): vectors entirely below thr are zeroed without the exp.  Without a
 // threshold (thr = -inf) the compare is dropped: x >= -inf holds for every x of a NaN-free
 // row, and pexp(-inf - m) = 0.
-template <class S, bool SPARSE>
+// TAIL: a vector whose kept lanes all have d = x - m < EXP_ZERO_MASS has no integer mass: it
+// stores d itself (its kept lanes; masked lanes +0) and skips the exp and the digit sums.  A
+// negative entry therefore means "e = pexp(entry), E = 0"; RowP and materialize turn it into
+// e where a token's own probability is read (passes.h).
+template <class S, bool SPARSE, bool TAIL>
 uint64_t exp_t(float* x, int64_t V, float m, float thr) {
   using F = typename S::F;
   const F vm = S::splat(m), vthr = S::splat(thr), zero = S::splat(0.0f);
+  const F vz = S::splat(EXP_ZERO_MASS);
+  uint64_t total = 0;
   int64_t i = 0;
-  uint64_t total = sum_mass<S>(i, V, [&](int64_t k) {
-    const F xv = S::load(x + k);
-    F e;
-    if (SPARSE) {
-      const typename S::M in = ge(xv, vthr);
-      e = any(in) ? keep(in, pexp_v<S>(xv - vm)) : zero;
-    } else {
-      e = pexp_v<S>(xv - vm);
+  while (i + S::W <= V) {
+    const int64_t end = i + vec_span<S>(i, V, kLaneBlock);
+    typename S::I hi = S::splat_i(0), lo = hi;
+    for (; i < end; i += S::W) {
+      const F xv = S::load(x + i);
+      const F d = xv - vm;
+      if (SPARSE || TAIL) {
+        const typename S::M in = ge(xv, vthr);
+        const typename S::M live = TAIL ? (in & ge(d, vz)) : in;
+        if (!any(live)) {
+          store(x + i, TAIL ? keep(in, d) : zero);
+          continue;
+        }
+        const F e = SPARSE ? keep(in, pexp_v<S>(d)) : pexp_v<S>(d);
+        store(x + i, e);
+        add_mass<S>(e, hi, lo);
+      } else {
+        const F e = pexp_v<S>(d);
+        store(x + i, e);
+        add_mass<S>(e, hi, lo);
+      }
     }
-    store(x + k, e);
-    return e;
-  });
-  if constexpr (S::W > 1) total += exp_t<Scalar, SPARSE>(x + i, V - i, m, thr);
+    total += fold_mass<S>(hi, lo);
+  }
+  if constexpr (S::W > 1) total += exp_t<Scalar, SPARSE, TAIL>(x + i, V - i, m, thr);
   return total;
 }
 
-uint64_t exp_pass(float* x, int64_t V, float m, float thr) {
-  return thr == -kInf ? exp_t<Native, false>(x, V, m, thr) : exp_t<Native, true>(x, V, m, thr);
+uint64_t exp_pass(float* x, int64_t V, float m, float thr, bool tail) {
+  if (!tail)
+    return thr == -kInf ? exp_t<Native, false, false>(x, V, m, thr)
+                        : exp_t<Native, true, false>(x, V, m, thr);
+  return thr == -kInf ? exp_t<Native, false, true>(x, V, m, thr)
+                      : exp_t<Native, true, true>(x, V, m, thr);
 }
 
 template <class S>
@@ -190,14 +212,17 @@ uint64_t masked_mass(const float* e, int64_t V, float cut) {
 }
 
 // ------------------------------------------------------------------ probabilities
-// Vectors of masked tokens (all below cut, or all zero) skip the float64 division.
+// Vectors of masked tokens (all below cut, or all zero) skip the float64 division.  Negative
+// entries (tokens the exp pass skipped: they hold d) get their e = pexp(d) first.
 template <class S>
 void materialize_t(float* e, int64_t V, float cut, double sd) {
   using F = typename S::F;
   const F vcut = S::splat(cut), fmin = S::splat(FLT_MIN_F32), zero = S::splat(0.0f);
   int64_t i = 0;
   for (; i + S::W <= V; i += S::W) {
-    const F ev = S::load(e + i);
+    F ev = S::load(e + i);
+    const typename S::M skipped = lt(ev, zero);
+    if (any(skipped)) ev = keep(skipped, pexp_v<S>(ev)) + keep(mnot(skipped), ev);  // disjoint
     const typename S::M in = ge(ev, vcut);
     if (!any(in & ne_u(ev, zero))) {
       store(e + i, zero);

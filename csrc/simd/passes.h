@@ -35,11 +35,16 @@ struct Passes {
   const char* name;
   // x = src * inv_t (stored to dst unless dst is null), with its flags and max
   RowScan (*scale_max)(const float* src, float* dst, int64_t V, float inv_t);
-  // in place: e = x >= thr ? pexp(x - m) : 0; returns sum of trunc(e * 2^40)
-  uint64_t (*exp_pass)(float* x, int64_t V, float m, float thr);
+  // in place: e = x >= thr ? pexp(x - m) : 0; returns sum of trunc(e * 2^40).  With `tail`,
+  // vectors whose kept lanes all have no integer mass (x - m < EXP_ZERO_MASS, core/pexp.h)
+  // keep d = x - m instead of e (masked lanes +0): a negative entry stands for pexp(entry).
+  // Every reader of such a row accepts that (the masses and selects treat it as E = 0,
+  // RowP and materialize evaluate it); without `tail` every entry is e.
+  uint64_t (*exp_pass)(float* x, int64_t V, float m, float thr, bool tail);
   // sum of trunc(e * 2^40) over e >= cut
   uint64_t (*masked_mass)(const float* e, int64_t V, float cut);
-  // in place: p = e >= cut ? flush(float32(float64(e) * 2^40 / sd)) : 0
+  // in place: p = e >= cut ? flush(float32(float64(e) * 2^40 / sd)) : 0 (a negative entry:
+  // e = pexp(entry) first)
   void (*materialize)(float* e, int64_t V, float cut, double sd);
   // appends the x >= thr to out; returns the count
   int64_t (*gather_ge)(const float* x, int64_t n, float thr, float* out);

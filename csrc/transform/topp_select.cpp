@@ -10,7 +10,9 @@
 //            their next 10 bits;
 //   level 3: the few tokens of that sub-bucket, sorted, walked in tie groups.
 // Every mass is an exact integer sum, so the answer is the reference's bit for bit.
-// (e >= 0 here: +0 for masked tokens, pexp otherwise.)
+// (e >= 0 here: +0 for masked tokens, pexp otherwise; or negative, for tokens without integer
+// mass whose exp was skipped (simd/passes.h): emass gives them 0 and their level-1 keys lie
+// above every e <= 1's, in buckets without mass, so they never reach levels 2 and 3.)
 #include <algorithm>
 #include <cstring>
 #include <functional>

@@ -8,13 +8,16 @@
 
 #include "core/float_bits.h"
 #include "core/parallel.h"
+#include "core/pexp.h"
 #include "core/rows.h"
 #include "simd/passes.h"
+#include "simd/vec_scalar.h"
 
 namespace specops {
 
 float RowP::operator()(int64_t i) const {
-  const float ei = e[i];
+  float ei = e[i];
+  if (ei < 0.0f) ei = pexp_v<simd::Scalar>(simd::Scalar::splat(ei)).v;  // skipped: ei is d
   const float p = float(double(ei) * kEScale / sd);
   return (ei >= cut && p >= FLT_MIN_F32) ? p : 0.0f;
 }
@@ -58,8 +61,9 @@ bool transform_row(const Mat& m, int64_t r, float inv_t, int64_t top_k, float to
   if (scan.bad || scan.allneg) return false;
   // top-k: keep x >= the k-th largest x (ties kept)
   const float thr = (top_k > 0 && top_k < V) ? topk_threshold(ebuf, V, top_k, w) : -kInf;
-  // pass 2: e = pexp(x - m) for kept tokens, S = sum trunc(e * 2^40)
-  uint64_t S = ps.exp_pass(ebuf, V, scan.mx, thr);
+  // pass 2: e = pexp(x - m) for kept tokens, S = sum trunc(e * 2^40) (tokens without
+  // integer mass keep d: see RowP)
+  uint64_t S = ps.exp_pass(ebuf, V, scan.mx, thr, true);
   // top-p, then min-p: one cut on e; S' = the mass kept
   float cut = 0.0f;
   int64_t kept = kKeptUnknown;
@@ -127,7 +131,11 @@ void pexp_array(const float* in, float* out, int64_t n) {
   // that the tests hold every ISA level's exp to the reference too.
   if (n <= 0) return;
   std::memcpy(out, in, size_t(n) * sizeof(float));
-  (void)passes().exp_pass(out, n, 0.0f, -kInf);
+  (void)passes().exp_pass(out, n, 0.0f, -kInf, false);
+}
+
+uint64_t exp_pass_array(float* x, int64_t n, float m, float thr, bool tail) {
+  return n > 0 ? passes().exp_pass(x, n, m, thr, tail) : 0;
 }
 
 }  // namespace specops

@@ -9,7 +9,8 @@
 namespace specops {
 
 // Probabilities of a transformed row, evaluated lazily from e:
-// p_i = e_i >= cut ? flush(float32(float64(e_i) * 2^40 / float64(S'))) : 0.
+// p_i = e_i >= cut ? flush(float32(float64(e_i) * 2^40 / float64(S'))) : 0, where a negative
+// entry (a token without integer mass whose exp the pass skipped) holds d and e_i = pexp(d).
 struct RowP {
   float* e = nullptr;
   float cut = 0.0f;
