@@ -282,32 +282,58 @@ class SpecopsRejectionSampler(VllmRejectionSampler):
 _ORIGINAL = VllmRejectionSampler
 
 
-def register() -> None:
-    """``vllm.general_plugins`` entry point: make vLLM V1 build SpecopsRejectionSampler.
+def _rebind(original, replacement) -> None:
+    """Point every imported module's ``RejectionSampler`` that is ``original`` elsewhere."""
+    for mod in list(sys.modules.values()):
+        if getattr(mod, "__dict__", {}).get("RejectionSampler") is original:
+            try:
+                setattr(mod, "RejectionSampler", replacement)
+            except Exception:                        # pragma: no cover - read-only module
+                pass
 
-    Patches ``vllm.v1.sample.rejection_sampler.RejectionSampler`` and every already-imported
-    module that bound the name (the V1 GPU/CPU model runners).  Idempotent; vLLM calls it
-    once per process.  Set ``SPECOPS_VLLM_DISABLE=1`` to keep vLLM's own sampler.
+
+def _mrv2_classes():
+    """(vLLM's Model Runner V2 RejectionSampler, specops' drop-in for it), or None where
+    MRV2's sampler does not import (an older vLLM: there vLLM cannot run MRV2 either)."""
+    try:
+        from specops.integrations import vllm_v2
+    except Exception as e:                           # noqa: BLE001 - any import failure
+        logger.debug("specops: no vLLM Model Runner V2 sampler to replace (%s)", e)
+        return None
+    return vllm_v2.VllmV2RejectionSampler, vllm_v2.SpecopsV2RejectionSampler
+
+
+def register() -> None:
+    """``vllm.general_plugins`` entry point: make vLLM build specops' rejection samplers.
+
+    Patches ``vllm.v1.sample.rejection_sampler.RejectionSampler`` (V1 model runners, GPU and
+    CPU) and ``vllm.v1.worker.gpu.spec_decode.rejection_sampler.RejectionSampler`` (Model
+    Runner V2, vLLM's default wherever Triton works), and every already-imported module that
+    bound either name.  The MRV2 drop-in checks at construction that this vLLM's sampler is
+    the one it implements and raises otherwise, so it is never bypassed silently.
+    Idempotent; vLLM calls it once per process.  ``SPECOPS_VLLM_DISABLE=1`` keeps vLLM's own
+    samplers.
     """
     if os.environ.get("SPECOPS_VLLM_DISABLE", "0") == "1":
         logger.info("specops: SPECOPS_VLLM_DISABLE=1, keeping vLLM's rejection sampler")
         return
     _vrs.RejectionSampler = SpecopsRejectionSampler
-    for mod in list(sys.modules.values()):
-        if getattr(mod, "__dict__", {}).get("RejectionSampler") is _ORIGINAL:
-            try:
-                setattr(mod, "RejectionSampler", SpecopsRejectionSampler)
-            except Exception:                        # pragma: no cover - read-only module
-                pass
-    logger.info("specops: vLLM V1 RejectionSampler replaced by SpecopsRejectionSampler")
+    _rebind(_ORIGINAL, SpecopsRejectionSampler)
+    v2 = _mrv2_classes()
+    if v2 is not None:
+        import vllm.v1.worker.gpu.spec_decode.rejection_sampler as mrv2
+        mrv2.RejectionSampler = v2[1]
+        _rebind(v2[0], v2[1])
+    logger.info("specops: vLLM's RejectionSampler replaced by SpecopsRejectionSampler%s",
+                "" if v2 is None else " (V1) and SpecopsV2RejectionSampler (Model Runner V2)")
 
 
 def unregister() -> None:
     """Undo ``register()`` (for tests)."""
     _vrs.RejectionSampler = _ORIGINAL
-    for mod in list(sys.modules.values()):
-        if getattr(mod, "__dict__", {}).get("RejectionSampler") is SpecopsRejectionSampler:
-            try:
-                setattr(mod, "RejectionSampler", _ORIGINAL)
-            except Exception:                        # pragma: no cover
-                pass
+    _rebind(SpecopsRejectionSampler, _ORIGINAL)
+    v2 = _mrv2_classes()
+    if v2 is not None:
+        import vllm.v1.worker.gpu.spec_decode.rejection_sampler as mrv2
+        mrv2.RejectionSampler = v2[0]
+        _rebind(v2[1], v2[0])
