@@ -15,14 +15,15 @@ SamplerOutput``, same static ``parse_output``) and replaces the verification its
   tensor of exactly ``T + B`` rows is taken to be in vLLM's standard layout.
 * **Sampling parameters.** Per-request temperature (``temperature < 1e-5`` or
   ``all_greedy`` = greedy, vLLM's own rule), top-k (values ``<= 0`` or ``>= V`` = off), top-p
-  and min-p (read from vLLM's built-in ``MinPLogitsProcessor``) are applied by specops, to the
-  draft rows *and* the bonus row, in specops' order (temperature -> top-k -> softmax ->
-  top-p -> min-p, see ``specops.reference``).  vLLM itself applies min-p before top-k/top-p
-  and only to the bonus row; where both min-p and top-k/top-p are set the kept sets can
-  differ at the margin.
-* **Bonus token.** vLLM samples the bonus token with its ``Sampler`` and its own RNG; here
-  specops draws it (from the bonus row, with the same transform), so one call decides the
-  whole block.  ``self.sampler`` is still used for the logits processors of the bonus row.
+  and min-p (read from vLLM's built-in ``MinPLogitsProcessor``) are applied by specops to the
+  draft rows, in specops' order (temperature -> top-k -> softmax -> top-p -> min-p, see
+  ``specops.reference``).  vLLM itself ignores min-p on draft rows and applies it before
+  top-k/top-p on the bonus row (which is vLLM's here, see below).
+* **Bonus token.** Drawn by vLLM: ``self.sampler`` is called on the bonus rows exactly as
+  vLLM's own RejectionSampler calls it (its processors, its RNG, its logprobs); specops
+  verifies the drafts, and where every draft of a request was accepted its own end-of-block
+  draw (from the same row law, independent of the accept decisions) is replaced by vLLM's
+  token.  So ``bonus_logits_indices`` may be empty (vLLM's unit tests mock the sampler).
 * **Randomness.** Each non-greedy step draws one int64 seed per request: from the request's
   own ``torch.Generator`` in ``sampling_metadata.generators`` (``torch.randint(-2**63,
   2**63 - 1, (1,), generator=g)``, so a seeded request is reproducible and independent of its
@@ -31,15 +32,24 @@ SamplerOutput``, same static ``parse_output``) and replaces the verification its
 * **Processors applied with vLLM's own functions before verification** (this copies the
   target rows to float32 first): penalties (repetition/frequency/presence), bad words,
   ``allowed_token_ids``, min-tokens, the thinking-token budget (draft rows through
-  ``RejectionSampler.apply_logits_processors``, bonus rows through
-  ``Sampler.apply_logits_processors``), and every other non-argmax-invariant logits
-  processor (logit bias, custom ones), which vLLM itself applies to the bonus row only:
-  here it is applied to the draft rows too, one ``[B, V]`` slice per draft position.
+  ``RejectionSampler.apply_logits_processors``; the bonus rows are the Sampler's), and every
+  other non-argmax-invariant logits processor (logit bias, custom ones), which vLLM itself
+  applies to the bonus row only: here it is applied to the draft rows too, one ``[B, V]``
+  slice per draft position.
+* **Logprobs.** Every ``logprobs_mode``: raw modes exactly as vLLM computes them; processed
+  modes return, for draft positions, the distribution specops samples from (the processed
+  rows divided by the temperature, -inf outside the tokens top-k / top-p / min-p keep;
+  greedy requests: the processed rows), for the bonus position vLLM's Sampler's processed
+  logits.  Without min-p this is what vLLM returns (vLLM ignores min-p on draft rows; it
+  refuses min-p with speculative decoding at request validation anyway).  A token whose
+  probability underflows float32 reports -inf.  ``logprob_token_ids`` is gathered per
+  position with vLLM's ``Sampler.gather_specific_token_logprobs`` (vLLM's own rejection
+  sampler fails on it with a shape error).
+* **Synthetic acceptance mode** (``rejection_sample_method="synthetic"``, a benchmarking mode
+  that accepts drafts at fixed rates and verifies nothing) is vLLM's own implementation
+  (``super().forward``); vLLM's CPU kernels do not implement it (they assert).
 * **Refused with an error** (never silently ignored): argmax-invariant logits processors
-  other than min-p (they act after temperature inside vLLM's sampler, which specops fuses);
-  logprobs in a ``processed_*`` logprobs mode; ``logprob_token_ids``; synthetic acceptance
-  mode (``rejection_sample_method="synthetic"``).  Raw-mode logprobs
-  (``raw_logprobs``/``raw_logits``) are returned exactly as vLLM computes them.
+  other than min-p (they act after temperature inside vLLM's sampler, which specops fuses).
 * **Output.** ``sampled_token_ids`` ``[B, max_spec_len + 1]`` int32: accepted drafts, then
   the recovered or bonus token, then ``PLACEHOLDER_TOKEN_ID`` (-1, vLLM's constant).  A
   target row that is NaN/+inf/all -inf (specops' validity rule) yields -1 from that position
@@ -50,6 +60,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from dataclasses import replace
 
 import torch
 
@@ -108,10 +119,6 @@ class SpecopsRejectionSampler(VllmRejectionSampler):
             raise ValueError(f"specops' rejection sampler: method (or SPECOPS_VLLM_METHOD) "
                              f"must be 'token' or 'block', got {method!r}")
         self.specops_method = method
-        if self.synthetic_mode:
-            raise NotImplementedError(
-                "specops' rejection sampler does not implement vLLM's synthetic acceptance "
-                "mode (rejection_sample_method='synthetic'); use vLLM's own sampler for it")
         self.specops_backend = backend
         if check_layout is None:
             check_layout = os.environ.get("SPECOPS_VLLM_CHECK_LAYOUT", "0") == "1"
@@ -120,28 +127,37 @@ class SpecopsRejectionSampler(VllmRejectionSampler):
 
     # ------------------------------------------------------------------ layout
     def _standard_logits(self, metadata: SpecDecodeMetadata, logits: torch.Tensor):
-        """(logits in the standard layout (a view when possible), target_pos, bonus_pos)."""
+        """(logits in the standard layout (a view when possible), target_pos, bonus_pos).
+
+        Without bonus rows (``bonus_logits_indices`` empty, as in vLLM's own unit tests) the
+        bonus slots are zero rows: specops' draw there is discarded, the bonus token comes
+        from ``self.sampler`` (see ``forward``)."""
         B = len(metadata.num_draft_tokens)
         T = metadata.draft_token_ids.shape[0]
         tidx, bidx = metadata.target_logits_indices, metadata.bonus_logits_indices
-        if tidx.numel() != T or bidx.numel() != B:
+        if tidx.numel() != T or bidx.numel() not in (0, B):
             raise ValueError(
-                f"specops' rejection sampler verifies the bonus row too: it needs "
-                f"target_logits_indices [T={T}] and bonus_logits_indices [B={B}] into logits, "
-                f"got {tidx.numel()} and {bidx.numel()}")
+                f"specops' rejection sampler needs target_logits_indices [T={T}] and "
+                f"bonus_logits_indices [B={B}] (or empty) into logits, got {tidx.numel()} "
+                f"and {bidx.numel()}")
         target_pos, bonus_pos = _standard_positions(metadata.num_draft_tokens,
                                                     metadata.cu_num_draft_tokens, logits.device)
-        standard = logits.shape[0] == T + B
+        has_bonus = bidx.numel() == B
+        standard = has_bonus and logits.shape[0] == T + B
         if standard and (self.check_layout or (tidx.device.type == "cpu"
                                                and bidx.device.type == "cpu")):
             standard = (torch.equal(tidx.to(target_pos.device, torch.int64), target_pos)
                         and torch.equal(bidx.to(bonus_pos.device, torch.int64), bonus_pos))
         if standard:
             return logits, target_pos, bonus_pos
-        rows = torch.empty(T + B, dtype=torch.int64, device=logits.device)
-        rows[target_pos] = tidx.to(logits.device, torch.int64)
-        rows[bonus_pos] = bidx.to(logits.device, torch.int64)
-        return logits[rows], target_pos, bonus_pos
+        if has_bonus:
+            rows = torch.empty(T + B, dtype=torch.int64, device=logits.device)
+            rows[target_pos] = tidx.to(logits.device, torch.int64)
+            rows[bonus_pos] = bidx.to(logits.device, torch.int64)
+            return logits[rows], target_pos, bonus_pos
+        out = torch.zeros((T + B, logits.shape[-1]), dtype=logits.dtype, device=logits.device)
+        out[target_pos] = logits[tidx.to(logits.device, torch.int64)]
+        return out, target_pos, bonus_pos
 
     # ------------------------------------------------------------------ processors
     @staticmethod
@@ -180,8 +196,8 @@ class SpecopsRejectionSampler(VllmRejectionSampler):
                     or (holder is not None and holder.has_tracked_requests())
                     or self._other_processors(sm))
 
-    def _processed_logits(self, std_logits, target_pos, bonus_pos, metadata, sm):
-        """float32 copy of the rows with every logits processor applied (vLLM's functions)."""
+    def _processed_logits(self, std_logits, target_pos, metadata, sm):
+        """float32 copy of the rows, every logits processor applied to the target rows."""
         target_logits = std_logits[target_pos].to(torch.float32)
         target_logits = self.apply_logits_processors(target_logits, sm, metadata)
         others = self._other_processors(sm)
@@ -202,11 +218,11 @@ class SpecopsRejectionSampler(VllmRejectionSampler):
                 for p in others:
                     x = p.apply(x)
                 target_logits[rows] = x[req_t]
-        bonus_logits = std_logits[bonus_pos].to(torch.float32)
-        bonus_logits = self.sampler.apply_logits_processors(bonus_logits, sm, True)
-        out = torch.empty(std_logits.shape, dtype=torch.float32, device=std_logits.device)
+        # the bonus rows keep their raw values: the bonus token is self.sampler's, which
+        # applies their processors itself (and must run them exactly once per step: the
+        # thinking-budget state advances there)
+        out = std_logits.to(torch.float32, copy=True)
         out[target_pos] = target_logits
-        out[bonus_pos] = bonus_logits
         return out
 
     # ------------------------------------------------------------------ randomness
@@ -219,34 +235,107 @@ class SpecopsRejectionSampler(VllmRejectionSampler):
                                          generator=g, device=g.device).to(device)[0]
         return seeds
 
+    # ------------------------------------------------------------------ bonus token
+    def _bonus(self, metadata: SpecDecodeMetadata, logits, sm: SamplingMetadata, logprobs):
+        """vLLM's own bonus draw: ``self.sampler`` on the bonus rows, called as vLLM's
+        RejectionSampler calls it.  -> (token ids, the bonus rows' raw or processed logits
+        when ``logprobs``).  logprob_token_ids stays out of this call so that the full rows
+        come back (vLLM's sampler would return only the gathered columns)."""
+        sub = replace(sm, max_num_logprobs=-1 if logprobs else None, logprob_token_ids=None)
+        out = self.sampler(
+            logits=logits[metadata.bonus_logits_indices], sampling_metadata=sub,
+            predict_bonus_token=True,
+            logprobs_mode_override=("processed_logits" if self.is_processed_logprobs_mode
+                                    else "raw_logits"))
+        ids = out.sampled_token_ids
+        B = len(metadata.num_draft_tokens)
+        if ids.numel() != B:
+            raise ValueError(
+                f"the bonus tokens: self.sampler returned {ids.numel()} for B={B} requests "
+                f"(bonus_logits_indices has {metadata.bonus_logits_indices.numel()} rows)")
+        rows = out.logprobs_tensors.logprobs if logprobs else None
+        return ids.reshape(B, 1), rows
+
+    # ------------------------------------------------------------------ logprobs
+    def _processed_target_logits(self, target_rows, metadata, params, greedy):
+        """Processed logits of the target rows: the rows divided by the temperature, -inf
+        outside the tokens specops' transform keeps (top-k, top-p, min-p); greedy requests'
+        rows as they are (vLLM: temperature 1, nothing truncated)."""
+        counts = torch.tensor(metadata.num_draft_tokens, dtype=torch.int64,
+                              device=target_rows.device)
+        per_row = [p.repeat_interleave(counts) if isinstance(p, torch.Tensor) and p.dim() else p
+                   for p in params]
+        t, k, p, mp = per_row
+        g = greedy.repeat_interleave(counts) if isinstance(greedy, torch.Tensor) else greedy
+        if g is True:
+            return target_rows
+        if isinstance(g, torch.Tensor):
+            t = torch.where(g, torch.ones_like(t), t)
+        probs, _ = specops.sampling_probs(target_rows, temperature=t, top_k=k, top_p=p,
+                                          min_p=mp, backend=self.specops_backend)
+        t = t if isinstance(t, torch.Tensor) else torch.tensor(t, device=target_rows.device)
+        scaled = target_rows / t.reshape(-1, 1) if t.dim() else target_rows / t
+        kept = probs > 0
+        if isinstance(g, torch.Tensor):
+            kept |= g.unsqueeze(1)
+        return torch.where(kept, scaled, torch.full_like(scaled, float("-inf")))
+
+    def _logprobs(self, sm: SamplingMetadata, metadata: SpecDecodeMetadata, target_rows,
+                  bonus_rows, token_ids):
+        """vLLM's LogprobsTensors of every output position ([B * (max_spec_len + 1)] rows;
+        vLLM's parse_output drops the -1 positions).  Position j of request b reads its row
+        j (a draft row for j < K_b, the bonus row at K_b); logprob_token_ids, when given,
+        are gathered with vLLM's own Sampler.gather_specific_token_logprobs."""
+        B, W = token_ids.shape
+        V = target_rows.shape[-1]
+        device = target_rows.device
+        T = target_rows.shape[0]
+        target_pos, bonus_pos = _standard_positions(metadata.num_draft_tokens,
+                                                    metadata.cu_num_draft_tokens, device)
+        rows = torch.zeros((T + B, V), dtype=torch.float32, device=device)
+        rows[target_pos] = target_rows.to(torch.float32)
+        if bonus_rows is not None and bonus_rows.shape[0] == B:
+            rows[bonus_pos] = bonus_rows.to(device, torch.float32)
+        nd = torch.tensor(metadata.num_draft_tokens, dtype=torch.int64, device=device)
+        j = torch.arange(W, dtype=torch.int64, device=device)
+        idx = (bonus_pos - nd).unsqueeze(1) + torch.minimum(j.unsqueeze(0), nd.unsqueeze(1))
+        per_pos = rows[idx.reshape(-1)]
+        if not self.is_logits_logprobs_mode:
+            per_pos = self.sampler.compute_logprobs(per_pos)
+        tokens = token_ids.reshape(-1).to(torch.int64)
+        tokens = torch.where(tokens == PLACEHOLDER_TOKEN_ID, torch.zeros_like(tokens), tokens)
+        if sm.logprob_token_ids:
+            wanted = {b * W + i: ids for b, ids in sm.logprob_token_ids.items() if 0 <= b < B
+                      for i in range(W)}
+            return self.sampler.gather_specific_token_logprobs(per_pos, wanted, tokens)
+        return self.sampler.gather_logprobs(per_pos, sm.max_num_logprobs, tokens)
+
     # ------------------------------------------------------------------ forward
     def forward(self, metadata: SpecDecodeMetadata, draft_probs: torch.Tensor | None,
                 logits: torch.Tensor, sampling_metadata: SamplingMetadata) -> SamplerOutput:
         """Verify every request's block; see the module docstring for what is honoured."""
+        if self.synthetic_mode:        # a benchmarking mode: nothing is verified there
+            return super().forward(metadata, draft_probs, logits, sampling_metadata)
         sm = sampling_metadata
         assert metadata.max_spec_len <= MAX_SPEC_LEN
-        if sm.logprob_token_ids:
-            raise NotImplementedError(
-                "logprob_token_ids is not supported by specops' rejection sampler")
-        if sm.max_num_logprobs is not None and self.is_processed_logprobs_mode:
-            raise NotImplementedError(
-                "specops' rejection sampler returns logprobs only in the raw_logprobs / "
-                f"raw_logits modes, not {self.sampler.logprobs_mode!r}")
         B = len(metadata.num_draft_tokens)
         V = logits.shape[-1]
         device = logits.device
+        want_logprobs = sm.max_num_logprobs is not None or bool(sm.logprob_token_ids)
+        bonus_ids, bonus_rows = self._bonus(metadata, logits, sm, want_logprobs)
 
-        std_logits, target_pos, bonus_pos = self._standard_logits(metadata, logits)
+        std_logits, target_pos, _ = self._standard_logits(metadata, logits)
         if self._needs_processing(sm):
-            std_logits = self._processed_logits(std_logits, target_pos, bonus_pos, metadata, sm)
+            std_logits = self._processed_logits(std_logits, target_pos, metadata, sm)
         min_p = self._min_p(sm, B, device) if not sm.all_greedy else 0.0
 
+        greedy = True
         if sm.all_greedy or sm.temperature is None:
             temperature, top_k, top_p, min_p, seed = 0.0, 0, 1.0, 0.0, None
         else:
             t = sm.temperature.to(device=device, dtype=torch.float32)
-            temperature = t if sm.all_random else torch.where(
-                t < _SAMPLING_EPS, torch.zeros_like(t), t)
+            greedy = False if sm.all_random else t < _SAMPLING_EPS
+            temperature = t if sm.all_random else torch.where(greedy, torch.zeros_like(t), t)
             top_k = 0
             if sm.top_k is not None:
                 k = sm.top_k.to(device=device, dtype=torch.int64)
@@ -268,14 +357,26 @@ class SpecopsRejectionSampler(VllmRejectionSampler):
                                 device=device)
             padded[:, :token_ids.shape[1]] = token_ids
             token_ids = padded
+        # Where every draft was accepted, specops drew its end-of-block token from the bonus
+        # row, independently of the accept decisions; vLLM's own draw from that row's law
+        # takes its place, so the bonus token is exactly vLLM's (its processors, its RNG).
+        nd = torch.tensor(metadata.num_draft_tokens, dtype=torch.int64, device=device)
+        full = (out.valid.to(device) & (out.num_accepted.to(device, torch.int64) == nd))
+        col = nd.clamp(max=width - 1).unsqueeze(1)
+        bonus = bonus_ids.to(device=device, dtype=token_ids.dtype)
+        token_ids = token_ids.scatter(1, col, torch.where(full.unsqueeze(1), bonus,
+                                                          token_ids.gather(1, col)))
 
         logprobs_tensors = None
-        if sm.max_num_logprobs is not None:
-            tidx = metadata.target_logits_indices.to(device, torch.int64)
-            bidx = metadata.bonus_logits_indices.to(device, torch.int64)
-            logprobs_tensors = self._get_logprobs_tensors(
-                sm.max_num_logprobs, metadata, logits, logits[tidx].to(torch.float32),
-                logits[bidx].to(torch.float32), token_ids)
+        if want_logprobs:
+            if self.is_processed_logprobs_mode:
+                target_rows = self._processed_target_logits(
+                    std_logits[target_pos].to(torch.float32), metadata,
+                    (temperature, top_k, top_p, min_p), greedy)
+            else:
+                tidx = metadata.target_logits_indices.to(device, torch.int64)
+                target_rows = logits[tidx].to(torch.float32)
+            logprobs_tensors = self._logprobs(sm, metadata, target_rows, bonus_rows, token_ids)
         return SamplerOutput(sampled_token_ids=token_ids, logprobs_tensors=logprobs_tensors)
 
 

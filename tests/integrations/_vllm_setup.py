@@ -42,4 +42,9 @@ def prepare() -> bool:
         if added:                      # only vLLM's import-time check may see the stand-in
             del tb.backends["cpu"]
     VLLM_KERNELS = bool(HAS_TRITON) and os.environ.get("TRITON_INTERPRET") == "1"
+    if VLLM_KERNELS:
+        # vLLM's Sampler (the bonus token) then takes the torch top-k/top-p path of vLLM's
+        # CPU engine: its Triton top-k/top-p kernel does not run under the interpreter
+        import vllm.v1.sample.ops.topk_topp_sampler as tks
+        tks.HAS_TRITON = False
     return VLLM_KERNELS

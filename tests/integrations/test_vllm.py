@@ -165,7 +165,7 @@ def test_mixed_batch_greedy_rows_equal_vllm():
     N = sum(map(len, spec)) + B
     logits = torch.randn(N, V, generator=g)
     temp = torch.tensor([0.0, 0.8, 0.0, 1.0, 0.0, 0.5])
-    sm = make_sm(temperature=temp, top_k=torch.tensor([V, 5, V, 10, V, 0]),
+    sm = make_sm(temperature=temp, top_k=torch.tensor([V, 5, V, 10, V, V]),   # V: off
                  top_p=torch.tensor([1.0, 0.9, 1.0, 1.0, 1.0, 0.95]))
     a = ours()(make_md(spec), None, logits, sm).sampled_token_ids
     greedy = temp == 0
@@ -219,12 +219,43 @@ def test_non_standard_indices_are_gathered():
     assert out.sampled_token_ids.tolist() == [[1, 2, 9], [3, 8, P]]
 
 
-def test_missing_bonus_indices_is_a_clear_error():
+class _FixedBonus(Sampler):
+    """vLLM's Sampler whose bonus draw is replaced by given tokens (as vLLM's tests mock it)."""
+
+    def __init__(self, tokens, **kw):
+        super().__init__(**kw)
+        self.tokens = torch.tensor(tokens).reshape(-1, 1)
+        self.calls = 0
+
+    def forward(self, logits, sampling_metadata, predict_bonus_token=False,
+                logprobs_mode_override=None):
+        self.calls += 1
+        real = super().forward(logits, sampling_metadata, predict_bonus_token,
+                               logprobs_mode_override)
+        return type(real)(sampled_token_ids=self.tokens, logprobs_tensors=real.logprobs_tensors)
+
+
+def test_bonus_token_is_the_samplers():
+    """The bonus token (all drafts accepted) is vLLM's Sampler's, from its rows; specops'
+    own end-of-block draw from that row is what it replaces, nothing else."""
+    spec = [[1, 2], [3], []]
+    logits = logits_for(spec, [[1, 2, 4], [5, 4], [6]])
+    fixed = _FixedBonus([7, 8, 9])
+    out = sv.SpecopsRejectionSampler(fixed)(make_md(spec), None, logits, make_sm(B=3))
+    assert fixed.calls == 1
+    assert out.sampled_token_ids.tolist() == [[1, 2, 7], [5, P, P], [9, P, P]]
+
+
+def test_missing_bonus_rows_need_the_samplers_tokens():
+    """No bonus rows (bonus_logits_indices empty): the Sampler must supply B tokens."""
     spec = [[1, 2]]
-    md = SpecDecodeMetadata.make_dummy(spec, device=torch.device("cpu"))
+    md = make_md(spec)
     md.bonus_logits_indices = torch.empty(0, dtype=torch.int32)
-    with pytest.raises(ValueError, match="bonus_logits_indices"):
-        ours()(md, None, torch.randn(3, 10), make_sm())
+    logits = logits_for(spec, [[1, 2, 4]])[:2]
+    out = sv.SpecopsRejectionSampler(_FixedBonus([6]))(md, None, logits, make_sm())
+    assert out.sampled_token_ids.tolist() == [[1, 2, 6]]
+    with pytest.raises(ValueError, match="bonus tokens"):
+        ours()(md, None, logits, make_sm())      # a real Sampler on no rows: 0 tokens
 
 
 def test_parse_output_semantics():
@@ -407,24 +438,133 @@ def test_unsupported_argmax_invariant_processor_refused():
                make_sm(temperature=torch.ones(1), logitsprocs=LogitsProcessors([Custom()])))
 
 
-def test_processed_logprobs_refused_raw_logprobs_returned():
-    spec = [[1, 2]]
-    logits = logits_for(spec, [[1, 5, 6]], V=10)
-    rs = sv.SpecopsRejectionSampler(Sampler(logprobs_mode="processed_logprobs"))
-    with pytest.raises(NotImplementedError, match="raw_logprobs"):
-        rs(make_md(spec), None, logits, make_sm(max_num_logprobs=2))
-    out = ours()(make_md(spec), None, logits, make_sm(max_num_logprobs=2))
-    assert out.sampled_token_ids.tolist() == [[1, 5, P]]
-    assert out.logprobs_tensors is not None
-    lp = out.logprobs_tensors.logprobs
-    assert lp.shape[0] == 3 and torch.isfinite(lp[:2]).all()
+# ----------------------------------------------------------------------------- logprobs
+LOGPROBS_MODES = ["raw_logprobs", "raw_logits", "processed_logprobs", "processed_logits"]
 
 
-def test_synthetic_mode_refused():
+def _lp_case(seed, V=12, hit=0.7):
+    """Ragged blocks whose drafts often equal the row argmax (so later positions are reached)."""
+    g = torch.Generator().manual_seed(seed)
+    ks = [3, 0, 2, 1]
+    logits = torch.randn(sum(ks) + len(ks), V, generator=g) * 2.0
+    spec, row = [], 0
+    for k in ks:
+        spec.append([int(logits[row + j].argmax()) if torch.rand((), generator=g) < hit
+                     else int(torch.randint(0, V, (), generator=g)) for j in range(k)])
+        row += k + 1
+    return spec, logits
+
+
+def _dense(lp, V):
+    """Full [rows, V] logprobs from a top-V LogprobsTensors (column 0 is the sampled token)."""
+    out = torch.full((lp.logprobs.shape[0], V), float("nan"))
+    out.scatter_(1, lp.logprob_token_ids[:, 1:].long(), lp.logprobs[:, 1:])
+    return out
+
+
+@needs_vllm_kernels
+@pytest.mark.parametrize("mode", LOGPROBS_MODES)
+def test_logprobs_equal_vllms_greedy(mode):
+    """Every logprobs mode: the same LogprobsTensors as vLLM's own sampler (greedy: same
+    tokens), at every position vLLM's parse_output keeps."""
+    spec, logits = _lp_case(0)
+    a = sv.SpecopsRejectionSampler(Sampler(logprobs_mode=mode))(
+        make_md(spec), None, logits, make_sm(B=4, max_num_logprobs=3))
+    b = VllmRS(Sampler(logprobs_mode=mode))(make_md(spec), None, logits.clone(),
+                                            make_sm(B=4, max_num_logprobs=3))
+    assert torch.equal(a.sampled_token_ids, b.sampled_token_ids)
+    keep = (a.sampled_token_ids != P).reshape(-1)
+    assert int(keep.sum()) > 4                       # drafts were accepted somewhere
+    la, lb = a.logprobs_tensors, b.logprobs_tensors
+    assert torch.equal(la.logprob_token_ids[keep], lb.logprob_token_ids[keep])
+    torch.testing.assert_close(la.logprobs[keep], lb.logprobs[keep])
+    assert torch.equal(la.selected_token_ranks[keep], lb.selected_token_ranks[keep])
+
+
+@needs_vllm_kernels
+@pytest.mark.parametrize("mode", ["processed_logprobs", "processed_logits"])
+def test_processed_logprobs_are_the_sampled_distribution(mode):
+    """Random sampling, temperature / top-k / top-p per request: the processed distribution
+    of every position equals vLLM's (its rejection sampler's on draft rows, its Sampler's
+    on the bonus row), each emitted token lies inside it, and on draft rows it is the very
+    distribution specops samples from (specops.sampling_probs)."""
+    V, B = 12, 4
+    spec, logits = _lp_case(1, V)
+    temp = torch.tensor([0.8, 1.0, 0.6, 1.3])
+    top_k = torch.tensor([V, 5, V, 4])
+    top_p = torch.tensor([0.9, 1.0, 0.8, 1.0])
+
+    def sm():
+        return make_sm(temperature=temp, top_k=top_k, top_p=top_p, max_num_logprobs=V, B=B)
+
+    a = sv.SpecopsRejectionSampler(Sampler(logprobs_mode=mode))(make_md(spec), None, logits, sm())
+    b = VllmRS(Sampler(logprobs_mode=mode))(make_md(spec), None, logits.clone(), sm())
+    both = ((a.sampled_token_ids != P) & (b.sampled_token_ids != P)).reshape(-1)
+    da, db = _dense(a.logprobs_tensors, V), _dense(b.logprobs_tensors, V)
+    torch.testing.assert_close(da[both], db[both])
+    mine = (a.sampled_token_ids != P).reshape(-1)
+    assert torch.isfinite(a.logprobs_tensors.logprobs[mine, 0]).all()
+    assert (da[mine] == float("-inf")).any()         # truncation shows in the distribution
+    W = a.sampled_token_ids.shape[1]
+    row, req = 0, 0
+    for b_, ids in enumerate(spec):
+        for j in range(len(ids)):
+            p, _ = specops.sampling_probs(logits[row + j], temperature=float(temp[b_]),
+                                          top_k=int(top_k[b_]) % V, top_p=float(top_p[b_]))
+            got = da[b_ * W + j]
+            if mode == "processed_logits":
+                got = torch.log_softmax(got, -1)
+            assert torch.equal(torch.isfinite(got), p > 0)
+            torch.testing.assert_close(got.exp(), p, atol=1e-6, rtol=1e-5)
+        row += len(ids) + 1
+
+
+@pytest.mark.parametrize("mode", ["raw_logprobs", "processed_logprobs"])
+def test_logprob_token_ids_gathered_per_position(mode):
+    """logprob_token_ids (vLLM's own rejection sampler fails on it with a shape error):
+    every position reports the sampled token then the requested ids, from the same
+    distribution as the top-V logprobs; requests without ids get -inf padding."""
+    from dataclasses import replace
+    V, B = 12, 4
+    spec, logits = _lp_case(2, V)
+    wanted = {0: [5, 6, 7], 2: [1]}
+
+    def run(**kw):
+        gens = {i: torch.Generator().manual_seed(40 + i) for i in range(B)}
+        sm = replace(make_sm(temperature=torch.full((B,), 0.9), generators=gens, B=B), **kw)
+        return sv.SpecopsRejectionSampler(Sampler(logprobs_mode=mode))(
+            make_md(spec), None, logits, sm)
+
+    a = run(max_num_logprobs=3, logprob_token_ids=wanted)
+    full = run(max_num_logprobs=V)
+    assert torch.equal(a.sampled_token_ids, full.sampled_token_ids)
+    dense = _dense(full.logprobs_tensors, V)
+    lp = a.logprobs_tensors
+    W = a.sampled_token_ids.shape[1]
+    keep = (a.sampled_token_ids != P).reshape(-1)
+    for r in torch.nonzero(keep).flatten().tolist():
+        b_, tok = r // W, int(a.sampled_token_ids.reshape(-1)[r])
+        ids = wanted.get(b_, [])
+        assert lp.logprob_token_ids[r, :1 + len(ids)].tolist() == [tok] + ids
+        torch.testing.assert_close(lp.logprobs[r, :1 + len(ids)], dense[r, [tok] + ids])
+        assert (lp.logprobs[r, 1 + len(ids):] == float("-inf")).all()
+
+
+@needs_vllm_kernels
+def test_synthetic_mode_is_vllms(monkeypatch):
+    """Synthetic acceptance (a benchmarking mode: drafts accepted at fixed rates, nothing
+    verified) is vLLM's own implementation; specops is not called."""
     from types import SimpleNamespace
-    cfg = SimpleNamespace(rejection_sample_method="synthetic", synthetic_acceptance_rates=[0.5])
-    with pytest.raises(NotImplementedError, match="synthetic"):
-        sv.SpecopsRejectionSampler(Sampler(), cfg, torch.device("cpu"))
+    monkeypatch.setattr(specops, "verify_block", None)
+    spec = [[1, 2], [3]]
+    logits = logits_for(spec, [[5, 6, 4], [7, 4]])
+    for rates, expected in (([1.0, 1.0], [[1, 2, 4], [3, 4, P]]),
+                            ([0.0, 0.0], [[5, P, P], [7, P, P]])):
+        cfg = SimpleNamespace(rejection_sample_method="synthetic",
+                              synthetic_acceptance_rates=rates)
+        rs = sv.SpecopsRejectionSampler(Sampler(), cfg, torch.device("cpu"))
+        out = rs(make_md(spec), None, logits, make_sm(B=2))
+        assert out.sampled_token_ids.tolist() == expected
 
 
 def test_nan_row_yields_placeholder_not_garbage():
