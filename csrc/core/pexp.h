@@ -41,4 +41,25 @@ inline typename S::F pexp_v(typename S::F d) {
   return keep(ok, s * scale);
 }
 
+// pexp_v of N independent vectors, step by step across them: the same operations per lane
+// (so the same bits), interleaved so that N latency chains overlap (the Horner chain alone
+// is 14 dependent operations).
+template <class S, int N>
+inline void pexp_n(const typename S::F* d, typename S::F* out) {
+  using F = typename S::F;
+  using Mk = decltype(ge(d[0], d[0]));
+  const F rnd = S::splat(EXP_ROUND), cut = S::splat(EXP_CUTOFF);
+  Mk ok[N];
+  F dd[N], n[N], r[N], s[N];
+  for (int k = 0; k < N; ++k) ok[k] = ge(d[k], cut);
+  for (int k = 0; k < N; ++k) dd[k] = keep(ok[k], d[k]);
+  for (int k = 0; k < N; ++k) n[k] = (dd[k] * S::splat(EXP_LOG2E) + rnd) - rnd;
+  for (int k = 0; k < N; ++k) r[k] = (dd[k] - n[k] * S::splat(EXP_LN2_HI)) - n[k] * S::splat(EXP_LN2_LO);
+  for (int k = 0; k < N; ++k) s[k] = S::splat(EXP_COEFFS[0]);
+  for (int c = 1; c < 8; ++c)
+    for (int k = 0; k < N; ++k) s[k] = s[k] * r[k] + S::splat(EXP_COEFFS[c]);
+  for (int k = 0; k < N; ++k)
+    out[k] = keep(ok[k], s[k] * as_float(shl23(to_int(n[k]) + S::splat_i(127))));
+}
+
 }  // namespace specops

@@ -145,6 +145,11 @@ RowScan scale_max(const float* src, float* dst, int64_t V, float inv_t) {
 }
 
 // ------------------------------------------------------------------ pass 2: exp and mass
+#ifndef SPECOPS_EXP_GROUP
+#define SPECOPS_EXP_GROUP 8
+#endif
+constexpr int kExpGroup = SPECOPS_EXP_GROUP;
+
 // SPARSE (top-k rows): vectors entirely below thr are zeroed without the exp.  Without a
 // threshold (thr = -inf) the compare is dropped: x >= -inf holds for every x of a NaN-free
 // row, and pexp(-inf - m) = 0.
@@ -155,30 +160,35 @@ RowScan scale_max(const float* src, float* dst, int64_t V, float inv_t) {
 template <class S, bool SPARSE, bool TAIL>
 uint64_t exp_t(float* x, int64_t V, float m, float thr) {
   using F = typename S::F;
+  using M = typename S::M;
+  // G vectors a step (pexp_n): their exp chains overlap; the scalar level needs no grouping
+  constexpr int G = S::W > 1 ? kExpGroup : 1;
   const F vm = S::splat(m), vthr = S::splat(thr), zero = S::splat(0.0f);
   const F vz = S::splat(EXP_ZERO_MASS);
   uint64_t total = 0;
   int64_t i = 0;
-  while (i + S::W <= V) {
-    const int64_t end = i + vec_span<S>(i, V, kLaneBlock);
+  while (i + G * S::W <= V) {
+    const int64_t end = i + vec_span<S>(i, V, kLaneBlock) / (G * S::W) * (G * S::W);
     typename S::I hi = S::splat_i(0), lo = hi;
-    for (; i < end; i += S::W) {
-      const F xv = S::load(x + i);
-      const F d = xv - vm;
-      if (SPARSE || TAIL) {
-        const typename S::M in = ge(xv, vthr);
-        const typename S::M live = TAIL ? (in & ge(d, vz)) : in;
-        if (!any(live)) {
-          store(x + i, TAIL ? keep(in, d) : zero);
-          continue;
-        }
-        const F e = SPARSE ? keep(in, pexp_v<S>(d)) : pexp_v<S>(d);
-        store(x + i, e);
-        add_mass<S>(e, hi, lo);
-      } else {
-        const F e = pexp_v<S>(d);
-        store(x + i, e);
-        add_mass<S>(e, hi, lo);
+    for (; i < end; i += G * S::W) {
+      F d[G], e[G];
+      M in[G];
+      M live = lt(zero, zero);  // all false
+      for (int k = 0; k < G; ++k) {
+        const F xv = S::load(x + i + k * S::W);
+        d[k] = xv - vm;
+        in[k] = ge(xv, vthr);
+        live = live | (TAIL ? (in[k] & ge(d[k], vz)) : in[k]);
+      }
+      if ((SPARSE || TAIL) && !any(live)) {  // no integer mass in the group: no exp
+        for (int k = 0; k < G; ++k) store(x + i + k * S::W, TAIL ? keep(in[k], d[k]) : zero);
+        continue;
+      }
+      pexp_n<S, G>(d, e);
+      for (int k = 0; k < G; ++k) {
+        if (SPARSE) e[k] = keep(in[k], e[k]);
+        store(x + i + k * S::W, e[k]);
+        add_mass<S>(e[k], hi, lo);
       }
     }
     total += fold_mass<S>(hi, lo);

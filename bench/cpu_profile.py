@@ -1,0 +1,62 @@
+"""One ``verify_block`` call per setting on the real-logits blocks, for instruction counts.
+
+    python -m bench.cpu_profile --setting t0.8            # one call through specops
+    bash bench/harness/callgrind.sh t0.8                   # instruction counts per pass
+
+Instruction counts do not depend on what else the machine runs (bench/results/cpu_notes.md
+records them); wall time does.  The inputs are those of ``python -m bench.real`` (B=32, K=4,
+V=49152, fp32 logits and fp32 draft probabilities, drafts sampled from q).
+"""
+from __future__ import annotations
+
+import argparse
+
+import torch
+
+import specops
+from bench import __main__ as cpu_suite
+from bench import real, real_logits
+
+
+def dump(path, target, q, ids, s, calls):
+    """The harness's input file (bench/harness/verify_harness.cpp): header, parameters, rows."""
+    import numpy as np
+    from specops import reference as R
+    B, K1, V = target.shape
+    with open(path, "wb") as f:
+        f.write(np.array([B, K1 - 1, V, 1, calls], np.int64).tobytes())
+        f.write(R.inv_temperature(np.float32(s.get("temperature", 1.0))).astype(np.float32)
+                .tobytes())
+        f.write(np.array([s.get("top_k", 0)], np.int64).tobytes())
+        f.write(np.array([s.get("top_p", 1.0), s.get("min_p", 0.0)], np.float32).tobytes())
+        f.write(target.float().contiguous().numpy().tobytes())
+        f.write(q.float().contiguous().numpy().tobytes())
+        f.write(ids.to(torch.int64).contiguous().numpy().tobytes())
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(prog="python -m bench.cpu_profile", description=__doc__,
+                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--setting", default="t0.8", choices=list(real.SETTINGS))
+    ap.add_argument("--batch", type=int, default=real.HEADLINE_B)
+    ap.add_argument("--calls", type=int, default=1)
+    ap.add_argument("--dump", default=None, help="write the inputs for bench/harness (no call)")
+    args = ap.parse_args(argv)
+    blocks = real_logits.load_blocks()
+    target = blocks["target"][:args.batch].contiguous()
+    draft = blocks["draft_logits"][:args.batch].contiguous()
+    s = real.SETTINGS[args.setting]
+    q, ids = cpu_suite.draft_side(draft, s, torch.Generator().manual_seed(1))
+    B = target.shape[0]
+    if args.dump:
+        dump(args.dump, target, q, ids, s, args.calls)
+        return
+    kw = dict(seed=torch.arange(B), offset=torch.zeros(B, dtype=torch.int64), backend="cpu", **s)
+    for _ in range(args.calls):
+        out = specops.verify_block(target, ids, q, **kw)
+    print(f"{args.setting}: B={B}, accepted {out.num_accepted.float().mean():.2f}, "
+          f"tokens hash {int((out.token_ids.long() * torch.arange(out.token_ids.numel()).view_as(out.token_ids)).sum())}")
+
+
+if __name__ == "__main__":
+    main()
