@@ -48,7 +48,8 @@ def draft_side(draft_logits, setting, g):
     """Draft tokens sampled from the draft distribution q (a greedy drafter's argmax for the
     greedy setting), so acceptance is what a real draft model would give."""
     q = peers._transform(draft_logits, setting.get("temperature") or 1.0,
-                         setting.get("top_k", 0), setting.get("top_p", 1.0))
+                         setting.get("top_k", 0), setting.get("top_p", 1.0),
+                         setting.get("min_p", 0.0))
     B, K, V = q.shape
     if setting.get("temperature") == 0:
         ids = draft_logits.argmax(-1)
@@ -82,10 +83,12 @@ def timeit(fns: dict, reps: int, stat=statistics.median):
 
 
 def run_config(B, K, V, setting_name, reps, with_hf=False, with_ref=False, noise=DRAFT_NOISE,
-               backend="cpu"):
-    setting = SETTINGS[setting_name]
+               backend="cpu", inputs=None, settings=SETTINGS):
+    """One table row. ``inputs=(target [B, K+1, V], draft_logits [B, K, V])`` replaces the
+    random logits (the real suite); ``settings`` maps ``setting_name`` to its parameters."""
+    setting = settings[setting_name]
     g = torch.Generator().manual_seed(1)
-    target, draft_logits = make_inputs(B, K, V, noise=noise)
+    target, draft_logits = inputs if inputs is not None else make_inputs(B, K, V, noise=noise)
     q, ids = draft_side(draft_logits, setting, g)
     seed = torch.arange(B)
     offset = torch.zeros(B, dtype=torch.int64)
@@ -95,7 +98,7 @@ def run_config(B, K, V, setting_name, reps, with_hf=False, with_ref=False, noise
         "specops": lambda: specops.verify_block(target, ids, q, backend=backend, **spec_kw),
         "eager": lambda: peers.eager_verify(target, ids, q, generator=g, **{
             "temperature": setting.get("temperature", 1.0), "top_k": setting.get("top_k", 0),
-            "top_p": setting.get("top_p", 1.0)}),
+            "top_p": setting.get("top_p", 1.0), "min_p": setting.get("min_p", 0.0)}),
     }
     if with_hf and peers.hf_available() and setting_name in ("t0.8",):
         fns["hf"] = lambda: peers.hf_verify(target, ids, draft_logits,
@@ -253,9 +256,9 @@ TARGETS = (  # (setting, max x floor, min eager/specops or None), from issue 4
     ("greedy", 1.5, None), ("t0.8", 2.0, 20.0), ("t0.8+top_p0.95", 4.0, 100.0))
 
 
-def target_verdicts(rows):
+def target_verdicts(rows, targets=TARGETS):
     out = ["Targets (same run):", ""]
-    for name, max_floor, min_eager in TARGETS:
+    for name, max_floor, min_eager in targets:
         if name not in rows:
             continue
         r = rows[name]
@@ -308,12 +311,20 @@ def scaling_note(sweep_v, sweep_b, sweep_k, sweep_a):
     return out
 
 
+RESULTS = os.path.join(os.path.dirname(__file__), "results")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
+    ap.add_argument("--suite", choices=("all", "random", "real"), default="all",
+                    help="random: random-normal logits (results/cpu.md); real: SmolLM2-135M "
+                         "logits on real prompts (results/cpu_real.md, bench/real.py); all: both")
     ap.add_argument("--quick", action="store_true", help="fewer shapes and repetitions")
     ap.add_argument("--reps", type=int, default=None)
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
-                                                  "cpu.md"))
+    ap.add_argument("--out", default=None, help="the report (default results/cpu.md; with "
+                    "--suite real, results/cpu_real.md)")
+    ap.add_argument("--real-out", default=None, help="the real suite's report under --suite "
+                    "all (default results/cpu_real.md)")
     ap.add_argument("--plot", default=None, help="PNG of time vs V and vs B (matplotlib)")
     ap.add_argument("--backend", default="cpu")
     args = ap.parse_args(argv)
@@ -321,13 +332,23 @@ def main(argv=None):
         sys.exit("the C++ backend is not built: pip install . (without SPECOPS_BUILD_CPP=0)")
     reps = args.reps or (3 if args.quick else 7)
     torch.set_num_threads(os.cpu_count() or 1)
-    t_begin = time.time()
-    lines = []
+    if args.suite != "real":               # --out "" writes no file, as before
+        random_suite(args, reps, os.path.join(RESULTS, "cpu.md") if args.out is None
+                     else args.out, argv)
+    if args.suite != "random":
+        from bench import real, real_logits
+        out = args.out if args.suite == "real" else args.real_out
+        out = os.path.join(RESULTS, "cpu_real.md") if out is None else out
+        try:
+            real.run(reps, args.backend, args.quick, out, "python -m bench", argv)
+        except real_logits.ModelMissing as e:
+            if args.suite == "real":
+                sys.exit(str(e))
+            print(f"real suite skipped: {e}")
 
-    def emit(s=""):
-        print(s, flush=True)
-        lines.append(s)
 
+def header(emit, title, prog, argv, backend, reps):
+    """Command, date, machine, torch and threads: the top of every CPU report."""
     cpu_model = "unknown"
     try:
         for line in open("/proc/cpuinfo"):
@@ -336,16 +357,28 @@ def main(argv=None):
                 break
     except OSError:
         pass
-    emit("# specops CPU benchmark")
+    emit(f"# {title}")
     emit()
-    emit(f"- command: `python -m bench {' '.join(argv if argv is not None else sys.argv[1:])}`")
+    emit(f"- command: `{prog} {' '.join(argv if argv is not None else sys.argv[1:])}`")
     emit(f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}")
     emit(f"- machine: {os.cpu_count()} cores, {cpu_model}, {platform.platform()}")
     emit(f"- torch {torch.__version__}, threads {torch.get_num_threads()}, specops backend "
-         f"`{args.backend}`, medians of {reps} alternating repetitions")
+         f"`{backend}`, medians of {reps} alternating repetitions")
     emit("- ratios: `x floor` = specops / (torch sum over target logits + draft probs); "
          "`eager/specops`, `hf/specops`, `ref/specops` = peer time / specops time")
     emit()
+
+
+def random_suite(args, reps, out, argv):
+    """The random-logits suite (draft = target + noise), written to ``out``."""
+    t_begin = time.time()
+    lines = []
+
+    def emit(s=""):
+        print(s, flush=True)
+        lines.append(s)
+
+    header(emit, "specops CPU benchmark", "python -m bench", argv, args.backend, reps)
     emit("## Targets: B=32, K=4, V=128256, fp32 logits + fp32 draft probs")
     emit()
     emit(HEADER)
@@ -436,15 +469,15 @@ def main(argv=None):
     emit()
     emit(f"Total wall time: {time.time() - t_begin:.0f} s")
     notes = os.path.join(os.path.dirname(__file__), "results", "cpu_notes.md")
-    if args.out and os.path.exists(notes):    # hand-written analysis kept across re-runs
+    if out and os.path.exists(notes):         # hand-written analysis kept across re-runs
         emit()
         with open(notes) as f:
             lines.extend(f.read().rstrip("\n").split("\n"))
-    if args.out:
-        os.makedirs(os.path.dirname(os.path.abspath(args.out)), exist_ok=True)
-        with open(args.out, "w") as f:
+    if out:
+        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
+        with open(out, "w") as f:
             f.write("\n".join(lines) + "\n")
-        print(f"wrote {args.out}")
+        print(f"wrote {out}")
     if args.plot:
         plot(args.plot, sweep_v, sweep_b)
 

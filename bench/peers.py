@@ -1,7 +1,7 @@
 """What an engine runs without specops, measured beside it.
 
-* ``eager_verify``: a batched torch-eager verifier (softmax, sort-based top-p, gather, rand,
-  cumprod, clamped residual, multinomial) — what an engine author writes by hand.
+* ``eager_verify``: a batched torch-eager verifier (softmax, sort-based top-p, min-p mask,
+  gather, rand, cumprod, clamped residual, multinomial) — what an engine author writes by hand.
 * ``hf_verify``: Hugging Face transformers' ``_speculative_sampling`` called once per request
   (it handles batch 1 only), on logits already scaled by the temperature.
 * ``floor``: reading the target logits and the draft probabilities once (a torch sum of each),
@@ -19,7 +19,10 @@ def floor(target, draft):
     return s
 
 
-def _transform(logits, temperature, top_k, top_p):
+def _transform(logits, temperature, top_k, top_p, min_p=0.0):
+    """Temperature, top-k, top-p, then min-p (keep p >= min_p * max p), renormalised: the
+    order of specops.reference section 2.  min-p compares ratios to the top token, which no
+    renormalisation changes, so applying it after top-p masks the same tokens."""
     x = logits.float() / temperature
     if top_k:
         kth = torch.topk(x, top_k, dim=-1).values[..., -1:]
@@ -31,11 +34,14 @@ def _transform(logits, temperature, top_k, top_p):
         sp = sp.masked_fill(drop, 0.0)
         p = torch.zeros_like(p).scatter_(-1, idx, sp)
         p = p / p.sum(-1, keepdim=True)
+    if min_p > 0.0:
+        p = p.masked_fill(p < min_p * p.amax(-1, keepdim=True), 0.0)
+        p = p / p.sum(-1, keepdim=True)
     return p
 
 
 def eager_verify(logits, draft_ids, draft_probs, temperature=1.0, top_k=0, top_p=1.0,
-                 generator=None):
+                 min_p=0.0, generator=None):
     """Batched verification in plain torch. Returns (token_ids [B, K+1], num_accepted [B])."""
     B, K1, V = logits.shape
     K = K1 - 1
@@ -46,7 +52,7 @@ def eager_verify(logits, draft_ids, draft_probs, temperature=1.0, top_k=0, top_p
         nacc = accept.int().cumprod(-1).sum(-1)
         last = arg[ar, nacc]
     else:
-        p = _transform(logits, temperature, top_k, top_p)
+        p = _transform(logits, temperature, top_k, top_p, min_p)
         p_y = p[:, :K].gather(-1, draft_ids[..., None]).squeeze(-1)
         q_y = draft_probs.gather(-1, draft_ids[..., None]).squeeze(-1)
         u = torch.rand((B, K), generator=generator)
