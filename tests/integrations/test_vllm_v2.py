@@ -30,6 +30,7 @@ from scipy import stats as scipy_stats  # noqa: E402
 from vllm.config import VllmConfig  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
 from vllm.v1.worker.gpu import model_runner as _mrv2_runner  # noqa: E402
+from vllm.v1.worker.gpu.input_batch import InputBatch  # noqa: E402
 from vllm.v1.worker.gpu.sample.sampler import Sampler  # noqa: E402
 from vllm.v1.worker.gpu.spec_decode import rejection_sampler as _mrv2  # noqa: E402
 from vllm.v1.worker.gpu.states import RequestState  # noqa: E402
@@ -183,6 +184,62 @@ def test_processing_is_vllms_own_penalties_and_top_k_reach_the_rows():
     op, os_, on = call_verify(ours, logits, None, lay)
     assert torch.equal(tp, op)
     assert emitted(os_, on) == emitted(ts, tn)
+
+
+def input_batch(blocks, state_of, first_pos, last_tokens, sampler):
+    """A decode-only speculative InputBatch (every scheduled token has a logits row)."""
+    n = [len(d) + 1 for d in blocks]
+    cu = np.concatenate([[0], np.cumsum(n)]).astype(np.int32)
+    ids = [t for last, d in zip(last_tokens, blocks) for t in [last] + list(d)]
+    pos = [p + j for p, k in zip(first_pos, n) for j in range(k)]
+    seq = [p + k for p, k in zip(first_pos, n)]
+    exp = [s for s, k in zip(state_of, n) for _ in range(k)]
+    local = [j for k in n for j in range(k)]
+    B, T = len(blocks), int(cu[-1])
+    prefill = sampler.req_states.prefill_len
+    prefill.np[:] = 1                                   # every request is past its prefill
+    prefill.copy_to_uva()
+    i64 = lambda x: torch.tensor(x, dtype=torch.int64)  # noqa: E731
+    i32 = lambda x: torch.tensor(x, dtype=torch.int32)  # noqa: E731
+    return InputBatch(
+        req_ids=[f"r{b}" for b in range(B)], num_reqs=B, num_reqs_after_padding=B,
+        idx_mapping=i64(state_of), idx_mapping_np=np.asarray(state_of, dtype=np.intp),
+        expanded_idx_mapping=i64(exp), expanded_local_pos=i32(local),
+        num_scheduled_tokens=np.asarray(n, dtype=np.int32), num_tokens=T,
+        num_tokens_after_padding=T, num_draft_tokens=T - B,
+        num_draft_tokens_per_req=np.asarray([k - 1 for k in n], dtype=np.int32),
+        query_start_loc=torch.from_numpy(cu), query_start_loc_np=cu, seq_lens=i32(seq),
+        seq_lens_cpu_upper_bound=i32(seq), dcp_local_seq_lens=None,
+        num_computed_tokens_np=np.asarray([p for p in first_pos], dtype=np.int32),
+        prefill_len_np=np.ones(B, dtype=np.int32),
+        num_computed_prefill_tokens_np=np.ones(B, dtype=np.int32),
+        is_prefilling_np=np.zeros(B, dtype=bool), has_prefill=False,
+        decode_graph_eligible=False, input_ids=i32(ids), positions=i64(pos),
+        is_padding=torch.zeros(T, dtype=torch.bool), logits_indices=i64(list(range(T))),
+        cu_num_logits=torch.from_numpy(cu), cu_num_logits_np=cu,
+        has_structured_output_reqs=False, prompt_lens=None)
+
+
+@needs_vllm_kernels
+@pytest.mark.parametrize("probabilistic", [False, True])
+def test_whole_call_greedy_equals_vllms_own(probabilistic):
+    """Through vLLM's own __call__ (its draft gather, logprob-free output and
+    num_sampled/num_rejected bookkeeping kernels), only _verify being specops'."""
+    logits, draft_logits, lay = greedy_case(seed=1, probabilistic=probabilistic)
+    cu = lay["cu_num_logits"].tolist()
+    rows = lay["draft_sampled"].tolist()
+    blocks = [rows[cu[b] + 1:cu[b + 1]] for b in range(len(cu) - 1)]
+    states = lay["idx_mapping"].tolist()
+    params = [SamplingParams(temperature=0.0) for _ in range(5)]
+    s = make_sampler(params, V=logits.shape[1], K=3)
+    batch = input_batch(blocks, states, [10, 20, 30, 40, 50], [5, 6, 7, 8, 9], s)
+    theirs = _mrv2.RejectionSampler(s, spec_config(3), CPU)(logits, batch, draft_logits)
+    ours = sv2.SpecopsV2RejectionSampler(s, spec_config(3), CPU)(logits, batch, draft_logits)
+    assert torch.equal(ours.num_sampled, theirs.num_sampled)
+    assert torch.equal(ours.num_rejected, theirs.num_rejected)
+    assert emitted(ours.sampled_token_ids, ours.num_sampled) == \
+        emitted(theirs.sampled_token_ids, theirs.num_sampled)
+    assert int(ours.num_sampled.sum()) > len(blocks)      # some drafts were accepted
 
 
 # ----------------------------------------------------------------------------- random: the law
