@@ -161,6 +161,32 @@ def _forward(model, ids, mask, cache, cache_kw):
     return out.logits.float()
 
 
+_WINDOWED = {"sliding_attention": "sliding_window", "hybrid_sliding": "sliding_window",
+             "reference_sliding_attention": "sliding_window",
+             "chunked_attention": "attention_chunk_size"}
+
+
+def _attention_window(model) -> Optional[int]:
+    """The smallest sliding window / attention chunk among the model's layers (None: every
+    layer attends to its whole past).  transformers applies a window over cache *slots*, and
+    the masked rollback leaves rejected slots in the cache, so a windowed layer would see
+    fewer real tokens than the model's own ``generate`` (and its cache cannot crop past the
+    window): such a model is only exact while every slot fits in the window."""
+    cfg = getattr(model, "config", None)
+    if cfg is None:
+        return None
+    if hasattr(cfg, "get_text_config"):
+        cfg = cfg.get_text_config(decoder=True)
+    types = getattr(cfg, "layer_types", None)
+    if types is None:              # older configs: a window set in the config applies to all
+        attrs = ["sliding_window", "attention_chunk_size"]
+    else:
+        attrs = [_WINDOWED[t] for t in types if t in _WINDOWED]
+    sizes = [getattr(cfg, a, None) for a in attrs]
+    sizes = [int(w) for w in sizes if isinstance(w, int) and w > 0]
+    return min(sizes) if sizes else None
+
+
 def _new_cache(model):
     from transformers import DynamicCache
     try:
@@ -214,6 +240,16 @@ def generate(target_model, draft_model, input_ids: torch.Tensor,
         raise ValueError("max_new_tokens must be >= 0")
     device = input_ids.device
     B, L = input_ids.shape
+    # each step appends gamma + 1 slots to both caches and emits at least one token
+    slots = L - 1 + max_new_tokens * (gamma_max + 1)
+    for name, model in (("target_model", target_model), ("draft_model", draft_model)):
+        window = _attention_window(model)
+        if window is not None and slots >= window:
+            raise ValueError(
+                f"{name} has sliding-window / chunked attention (window {window}); generate "
+                f"rolls back rejected drafts by masking their cache slots, which is exact only "
+                f"while all slots fit in the window: prompt length - 1 + max_new_tokens * "
+                f"(num_draft_tokens + 1) = {slots} must be < {window}")
     if attention_mask is None:
         attention_mask = torch.ones_like(input_ids)
     attention_mask = attention_mask.to(device=device, dtype=torch.long)

@@ -372,3 +372,35 @@ def test_generate_passes_the_cache_under_the_forwards_name(models):
                            temperature=0.0, eos_token_id=[])
     assert torch.equal(out.sequences[:, ids.shape[1]:], hf_greedy(target, ids, mask, 10))
     assert old_t.calls == out.stats["target_calls"] and old_d.calls == out.stats["draft_calls"]
+
+
+# ----------------------------------------------------------------------------- sliding window
+def _tiny_mistral(layers, seed, window):
+    from transformers import MistralConfig, MistralForCausalLM
+    torch.manual_seed(seed)
+    cfg = MistralConfig(vocab_size=V, hidden_size=64, intermediate_size=128,
+                        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+                        max_position_embeddings=512, bos_token_id=1, eos_token_id=2,
+                        pad_token_id=0, sliding_window=window)
+    model = MistralForCausalLM(cfg).eval()
+    with torch.no_grad():
+        model.lm_head.weight.mul_(20.0)
+    return model
+
+
+def test_sliding_window_models_exact_inside_the_window_refused_beyond():
+    """A windowed layer masks by cache slot, and rejected drafts keep their slots: inside the
+    window generate equals the model's own greedy generate; where the slots could outgrow
+    the window it is refused up front (it used to die mid-run in the cache's crop)."""
+    ids, mask = prompts()
+    target, draft = _tiny_mistral(2, 0, 64), _tiny_mistral(1, 7, 64)
+    assert hf._attention_window(target) == 64 and hf._attention_window(tiny(1, 32, 0)) is None
+    out = specops.generate(target, draft, ids, mask, max_new_tokens=12, num_draft_tokens=3,
+                           temperature=0.0, eos_token_id=[])      # 5 + 12 * 4 = 53 slots
+    assert torch.equal(out.sequences[:, 6:], hf_greedy(target, ids, mask, 12))
+    with pytest.raises(ValueError, match="target_model has sliding-window"):
+        specops.generate(target, draft, ids, mask, max_new_tokens=15, num_draft_tokens=3)
+    llama = tiny(1, 32, 7)
+    with pytest.raises(ValueError, match="draft_model has sliding-window"):
+        specops.generate(llama, _tiny_mistral(1, 7, 8), ids, mask, max_new_tokens=4,
+                         num_draft_tokens=2)
