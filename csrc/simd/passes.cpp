@@ -157,14 +157,18 @@ constexpr int kExpGroup = SPECOPS_EXP_GROUP;
 // stores d itself (its kept lanes; masked lanes +0) and skips the exp and the digit sums.  A
 // negative entry therefore means "e = pexp(entry), E = 0"; RowP and materialize turn it into
 // e where a token's own probability is read (passes.h).
-template <class S, bool SPARSE, bool TAIL>
-uint64_t exp_t(float* x, int64_t V, float m, float thr) {
+template <class S, bool SPARSE, bool TAIL, bool CUT, bool CAND>
+uint64_t exp_t(float* x, int64_t V, float m, float thr, ExpOptions* opt) {
+  constexpr bool OPT = CUT || CAND;
   using F = typename S::F;
   using M = typename S::M;
   // G vectors a step (pexp_n): their exp chains overlap; the scalar level needs no grouping
   constexpr int G = S::W > 1 ? kExpGroup : 1;
   const F vm = S::splat(m), vthr = S::splat(thr), zero = S::splat(0.0f);
-  const F vz = S::splat(EXP_ZERO_MASS);
+  const F vz = S::splat(EXP_ZERO_MASS), ninf = S::splat(-kInf);
+  const F vcut = S::splat(OPT ? opt->cut : 0.0f), vlo = S::splat(OPT ? opt->cand_lo : 0.0f);
+  float* cand = OPT && opt->n_cand >= 0 ? opt->cand : nullptr;
+  int64_t nc = OPT ? opt->n_cand : 0;
   uint64_t total = 0;
   int64_t i = 0;
   while (i + G * S::W <= V) {
@@ -173,36 +177,59 @@ uint64_t exp_t(float* x, int64_t V, float m, float thr) {
     for (; i < end; i += G * S::W) {
       F d[G], e[G];
       M in[G];
-      M live = lt(zero, zero);  // all false
+      F dmax = ninf;  // the largest d of the group's kept lanes (-inf: none)
       for (int k = 0; k < G; ++k) {
         const F xv = S::load(x + i + k * S::W);
         d[k] = xv - vm;
-        in[k] = ge(xv, vthr);
-        live = live | (TAIL ? (in[k] & ge(d[k], vz)) : in[k]);
+        if (SPARSE) {
+          in[k] = ge(xv, vthr);
+          dmax = max(dmax, keep(in[k], d[k]) + keep(mnot(in[k]), ninf));  // disjoint
+        } else {
+          dmax = max(dmax, d[k]);
+        }
       }
-      if ((SPARSE || TAIL) && !any(live)) {  // no integer mass in the group: no exp
-        for (int k = 0; k < G; ++k) store(x + i + k * S::W, TAIL ? keep(in[k], d[k]) : zero);
+      // TAIL: no kept lane with integer mass in the group; SPARSE alone: no kept lane
+      // (a kept lane of a NaN-free row has d > -inf unless x = -inf, whose e is 0 anyway)
+      if ((SPARSE || TAIL) && !any(TAIL ? ge(dmax, vz) : gt(dmax, ninf))) {
+        for (int k = 0; k < G; ++k)
+          store(x + i + k * S::W, TAIL ? (SPARSE ? keep(in[k], d[k]) : d[k]) : zero);
         continue;
       }
       pexp_n<S, G>(d, e);
+      M c = lt(zero, zero);  // all false
       for (int k = 0; k < G; ++k) {
         if (SPARSE) e[k] = keep(in[k], e[k]);
         store(x + i + k * S::W, e[k]);
-        add_mass<S>(e[k], hi, lo);
+        add_mass<S>(CUT ? keep(ge(e[k], vcut), e[k]) : e[k], hi, lo);
+        if (CAND) c = c | ge(e[k], vlo);
+      }
+      if (CAND && cand && any(c)) {
+        for (int k = 0; k < G; ++k) nc += compress(cand + nc, e[k], ge(e[k], vlo));
+        if (nc > opt->cand_cap) cand = nullptr, nc = -1;  // too many: the caller's full select
       }
     }
     total += fold_mass<S>(hi, lo);
   }
-  if constexpr (S::W > 1) total += exp_t<Scalar, SPARSE, TAIL>(x + i, V - i, m, thr);
+  if (CAND) opt->n_cand = nc;
+  if constexpr (S::W > 1)
+    total += exp_t<Scalar, SPARSE, TAIL, CUT, CAND>(x + i, V - i, m, thr, opt);
   return total;
 }
 
-uint64_t exp_pass(float* x, int64_t V, float m, float thr, bool tail) {
-  if (!tail)
-    return thr == -kInf ? exp_t<Native, false, false>(x, V, m, thr)
-                        : exp_t<Native, true, false>(x, V, m, thr);
-  return thr == -kInf ? exp_t<Native, false, true>(x, V, m, thr)
-                      : exp_t<Native, true, true>(x, V, m, thr);
+template <bool SPARSE, bool TAIL>
+uint64_t exp_opt(float* x, int64_t V, float m, float thr, ExpOptions* opt) {
+  if (opt && opt->cand) return exp_t<Native, SPARSE, TAIL, false, true>(x, V, m, thr, opt);
+  if (opt && opt->cut > 0.0f)
+    return exp_t<Native, SPARSE, TAIL, true, false>(x, V, m, thr, opt);
+  return exp_t<Native, SPARSE, TAIL, false, false>(x, V, m, thr, opt);
+}
+
+uint64_t exp_pass(float* x, int64_t V, float m, float thr, bool tail, ExpOptions* opt) {
+  const bool sparse = thr != -kInf;
+  if (tail)
+    return sparse ? exp_opt<true, true>(x, V, m, thr, opt) : exp_opt<false, true>(x, V, m, thr, opt);
+  return sparse ? exp_opt<true, false>(x, V, m, thr, opt)
+                : exp_opt<false, false>(x, V, m, thr, opt);
 }
 
 template <class S>
@@ -228,11 +255,13 @@ template <class S>
 void materialize_t(float* e, int64_t V, float cut, double sd) {
   using F = typename S::F;
   const F vcut = S::splat(cut), fmin = S::splat(FLT_MIN_F32), zero = S::splat(0.0f);
+  const bool evaluate = !(cut >= 0x1p-40f);
   int64_t i = 0;
   for (; i + S::W <= V; i += S::W) {
     F ev = S::load(e + i);
     const typename S::M skipped = lt(ev, zero);
-    if (any(skipped)) ev = keep(skipped, pexp_v<S>(ev)) + keep(mnot(skipped), ev);  // disjoint
+    if (any(skipped))  // with cut >= 2^-40 every skipped token (e < 2^-40) is masked anyway
+      ev = keep(mnot(skipped), ev) + (evaluate ? keep(skipped, pexp_v<S>(ev)) : zero);
     const typename S::M in = ge(ev, vcut);
     if (!any(in & ne_u(ev, zero))) {
       store(e + i, zero);

@@ -31,6 +31,19 @@ struct RowScan {
   float mx = -__builtin_inff();
 };
 
+// Extras of the exp pass.  cut > 0: the mass returned is over e >= cut only (min-p without
+// top-p: S' in the same pass).  cand != null: the e >= cand_lo (> 0) are appended to cand
+// (room for V + kSimdSlack floats) and counted in n_cand, the top-p select's candidates; past
+// cand_cap of them the gather stops and n_cand is -1.  (cand and cut are not used together:
+// with cand the returned mass is S.)
+struct ExpOptions {
+  float cut = 0.0f;
+  float cand_lo = 0.0f;
+  float* cand = nullptr;
+  int64_t cand_cap = 0;
+  int64_t n_cand = 0;
+};
+
 struct Passes {
   const char* name;
   // x = src * inv_t (stored to dst unless dst is null), with its flags and max
@@ -40,7 +53,9 @@ struct Passes {
   // keep d = x - m instead of e (masked lanes +0): a negative entry stands for pexp(entry).
   // Every reader of such a row accepts that (the masses and selects treat it as E = 0,
   // RowP and materialize evaluate it); without `tail` every entry is e.
-  uint64_t (*exp_pass)(float* x, int64_t V, float m, float thr, bool tail);
+  // `opt` (may be null) adds what the transform's next steps would otherwise re-read the row
+  // for (see ExpOptions).
+  uint64_t (*exp_pass)(float* x, int64_t V, float m, float thr, bool tail, ExpOptions* opt);
   // sum of trunc(e * 2^40) over e >= cut
   uint64_t (*masked_mass)(const float* e, int64_t V, float cut);
   // in place: p = e >= cut ? flush(float32(float64(e) * 2^40 / sd)) : 0 (a negative entry:

@@ -155,6 +155,18 @@ Band select_in_band(const float* e, int64_t V, float lo, float hi, double target
 
 }  // namespace
 
+bool top_p_from_candidates(const float* c, int64_t n, float top_p, int64_t S, Work& w,
+                           TopP& out) {
+  const double target = double(top_p) * double(S);
+  if (!(target > 0.0) || n <= 0) return false;
+  int64_t M = 0;  // the mass over e >= the candidates' lower edge: every such token is one
+  for (int64_t i = 0; i < n; ++i) M += emass(c[i]);
+  if (double(M) < target) return false;  // tau lies below the edge
+  bool tau_above = false;
+  out = select_core(c, n, target, M, w, &tau_above);
+  return !tau_above && out.kept != kKeptUnknown;
+}
+
 TopP top_p_select(const float* e, int64_t V, float top_p, int64_t S, Work& w) {
   const double target = double(top_p) * double(S);
   if (!(target > 0.0)) return {1.0f, kKeptUnknown};  // the largest e (= 1, the argmax) qualifies

@@ -14,6 +14,12 @@
 #include "simd/vec_scalar.h"
 
 namespace specops {
+namespace {
+// Rows shorter than this take the top-p select directly; a row whose candidates exceed
+// V / kCandFraction (flat rows) too.
+constexpr int64_t kCandMinV = 4096;
+constexpr int64_t kCandFraction = 16;
+}  // namespace
 
 float RowP::operator()(int64_t i) const {
   float ei = e[i];
@@ -62,21 +68,35 @@ bool transform_row(const Mat& m, int64_t r, float inv_t, int64_t top_k, float to
   // top-k: keep x >= the k-th largest x (ties kept)
   const float thr = (top_k > 0 && top_k < V) ? topk_threshold(ebuf, V, top_k, w) : -kInf;
   // pass 2: e = pexp(x - m) for kept tokens, S = sum trunc(e * 2^40) (tokens without
-  // integer mass keep d: see RowP)
-  uint64_t S = ps.exp_pass(ebuf, V, scan.mx, thr, true);
+  // integer mass keep d: see RowP).  With min-p alone the pass sums S' (e >= min_p) instead;
+  // with top-p it gathers the candidates e >= (1 - top_p) / V: every token below that holds
+  // less than (1 - top_p) * 2^40 / V mass units and S >= 2^40 (the argmax), so the tokens
+  // below hold at most S - top_p * S and tau is almost always among the candidates.
+  ExpOptions opt;
+  const bool top_p_on = top_p < 1.0f;
+  if (!top_p_on && min_p > 0.0f) opt.cut = min_p;
+  if (top_p_on && V >= kCandMinV) {
+    opt.cand_lo = float((1.0 - double(top_p)) / double(V));
+    opt.cand = grow(w.cand, V);
+    opt.cand_cap = V / kCandFraction;
+  }
+  uint64_t S = ps.exp_pass(ebuf, V, scan.mx, thr, true, &opt);
   // top-p, then min-p: one cut on e; S' = the mass kept
   float cut = 0.0f;
-  int64_t kept = kKeptUnknown;
-  if (top_p < 1.0f) {
-    const TopP tp = top_p_select(ebuf, V, top_p, int64_t(S), w);
+  int64_t kept = opt.cut > 0.0f ? int64_t(S) : kKeptUnknown;
+  if (top_p_on) {
+    TopP tp;
+    if (!(opt.cand && opt.cand_lo > 0.0f && opt.n_cand >= 0 &&
+          top_p_from_candidates(opt.cand, opt.n_cand, top_p, int64_t(S), w, tp)))
+      tp = top_p_select(ebuf, V, top_p, int64_t(S), w);
     cut = tp.tau;
     kept = tp.kept;
   }
   if (min_p > 0.0f && min_p > cut) {
     cut = min_p;
-    kept = kKeptUnknown;
+    if (top_p_on) kept = kKeptUnknown;
   }
-  if (top_p < 1.0f || min_p > 0.0f)
+  if (top_p_on || min_p > 0.0f)
     S = kept != kKeptUnknown ? uint64_t(kept) : ps.masked_mass(ebuf, V, cut);
   out.e = ebuf;
   out.cut = cut;
@@ -131,11 +151,11 @@ void pexp_array(const float* in, float* out, int64_t n) {
   // that the tests hold every ISA level's exp to the reference too.
   if (n <= 0) return;
   std::memcpy(out, in, size_t(n) * sizeof(float));
-  (void)passes().exp_pass(out, n, 0.0f, -kInf, false);
+  (void)passes().exp_pass(out, n, 0.0f, -kInf, false, nullptr);
 }
 
 uint64_t exp_pass_array(float* x, int64_t n, float m, float thr, bool tail) {
-  return n > 0 ? passes().exp_pass(x, n, m, thr, tail) : 0;
+  return n > 0 ? passes().exp_pass(x, n, m, thr, tail, nullptr) : 0;
 }
 
 }  // namespace specops

@@ -40,6 +40,10 @@ struct TopP {
 };
 constexpr int64_t kKeptUnknown = -1;
 TopP top_p_select(const float* e, int64_t V, float top_p, int64_t S, Work& w);
+// The same tau and kept mass from the n candidates c (every e >= some lo > 0, gathered by
+// the exp pass), when tau lies among them; false when it does not (then top_p_select).
+bool top_p_from_candidates(const float* c, int64_t n, float top_p, int64_t S, Work& w,
+                           TopP& out);
 
 // The sampling parameters are inside the contract (reference section 8); a row whose own
 // parameters are not is invalid, a request malformed.
