@@ -48,8 +48,10 @@ SamplerOutput``, same static ``parse_output``) and replaces the verification its
 * **Synthetic acceptance mode** (``rejection_sample_method="synthetic"``, a benchmarking mode
   that accepts drafts at fixed rates and verifies nothing) is vLLM's own implementation
   (``super().forward``); vLLM's CPU kernels do not implement it (they assert).
-* **Refused with an error** (never silently ignored): argmax-invariant logits processors
-  other than min-p (they act after temperature inside vLLM's sampler, which specops fuses).
+* **Custom argmax-invariant logits processors** act where vLLM's Sampler applies them, after
+  the temperature and before top-k / top-p: on draft rows the rows are divided by the
+  temperature, the processors applied one draft position at a time, and specops samples at
+  temperature 1.  (vLLM's own rejection sampler ignores them on draft rows.)
 * **Output.** ``sampled_token_ids`` ``[B, max_spec_len + 1]`` int32: accepted drafts, then
   the recovered or bonus token, then ``PLACEHOLDER_TOKEN_ID`` (-1, vLLM's constant).  A
   target row that is NaN/+inf/all -inf (specops' validity rule) yields -1 from that position
@@ -174,18 +176,37 @@ class SpecopsRejectionSampler(VllmRejectionSampler):
 
     @staticmethod
     def _min_p(sm: SamplingMetadata, B: int, device):
-        min_p = 0.0
+        """(min_p, the other argmax-invariant processors)."""
+        min_p, custom = 0.0, []
         for p in sm.logitsprocs.argmax_invariant:
             if isinstance(p, MinPLogitsProcessor):
                 if p.min_p_count:
                     min_p = p.min_p.reshape(-1)[:B].to(device=device, dtype=torch.float32)
             else:
-                raise NotImplementedError(
-                    f"logits processor {type(p).__name__} is argmax-invariant (vLLM applies "
-                    "it after temperature, inside its sampler); specops' rejection sampler "
-                    "cannot apply it. Remove the processor or disable the specops plugin "
-                    "(VLLM_PLUGINS without 'specops').")
-        return min_p
+                custom.append(p)
+        return min_p, custom
+
+    @staticmethod
+    def _per_position(target_logits, num_draft_tokens, processors):
+        """Apply batch-shaped [B, V] processors to the draft rows, one draft position at a
+        time (row b of the slice is request b's row at that position; zeros where the
+        request has no draft there)."""
+        nd = num_draft_tokens
+        B = len(nd)
+        dev = target_logits.device
+        starts = [0]
+        for n in nd[:-1]:
+            starts.append(starts[-1] + n)
+        for j in range(max(nd) if nd else 0):
+            reqs = [b for b in range(B) if nd[b] > j]
+            rows = torch.tensor([starts[b] + j for b in reqs], dtype=torch.int64, device=dev)
+            req_t = torch.tensor(reqs, dtype=torch.int64, device=dev)
+            x = torch.zeros(B, target_logits.shape[1], dtype=torch.float32, device=dev)
+            x[req_t] = target_logits[rows]
+            for p in processors:
+                x = p.apply(x)
+            target_logits[rows] = x[req_t]
+        return target_logits
 
     def _needs_processing(self, sm: SamplingMetadata) -> bool:
         min_tokens_active = any(isinstance(p, MinTokensLogitsProcessor) and p.min_toks
@@ -202,28 +223,29 @@ class SpecopsRejectionSampler(VllmRejectionSampler):
         target_logits = self.apply_logits_processors(target_logits, sm, metadata)
         others = self._other_processors(sm)
         if others:
-            nd = metadata.num_draft_tokens
-            B = len(nd)
-            starts = [0]
-            for n in nd[:-1]:
-                starts.append(starts[-1] + n)
-            for j in range(max(nd) if nd else 0):
-                reqs = [b for b in range(B) if nd[b] > j]
-                rows = torch.tensor([starts[b] + j for b in reqs], dtype=torch.int64,
-                                    device=target_logits.device)
-                req_t = torch.tensor(reqs, dtype=torch.int64, device=target_logits.device)
-                x = torch.zeros(B, target_logits.shape[1], dtype=torch.float32,
-                                device=target_logits.device)
-                x[req_t] = target_logits[rows]
-                for p in others:
-                    x = p.apply(x)
-                target_logits[rows] = x[req_t]
+            target_logits = self._per_position(target_logits, metadata.num_draft_tokens, others)
         # the bonus rows keep their raw values: the bonus token is self.sampler's, which
         # applies their processors itself (and must run them exactly once per step: the
         # thinking-budget state advances there)
         out = std_logits.to(torch.float32, copy=True)
         out[target_pos] = target_logits
         return out
+
+    def _after_temperature(self, std_logits, target_pos, metadata, temperature, custom):
+        """Custom argmax-invariant processors act on temperature-scaled logits in vLLM's
+        Sampler (before top-k / top-p): the draft rows are divided by their temperature here,
+        the processors applied, and specops then samples them at temperature 1 (greedy
+        requests stay greedy: an argmax-invariant processor cannot change their argmax)."""
+        counts = torch.tensor(metadata.num_draft_tokens, dtype=torch.int64,
+                              device=std_logits.device)
+        t = temperature if isinstance(temperature, torch.Tensor) else torch.full(
+            (counts.shape[0],), float(temperature), device=std_logits.device)
+        greedy = t == 0
+        scale = torch.where(greedy, torch.ones_like(t), t).repeat_interleave(counts)
+        out = std_logits.to(torch.float32, copy=True)
+        rows = out[target_pos] / scale.unsqueeze(1)
+        out[target_pos] = self._per_position(rows, metadata.num_draft_tokens, custom)
+        return out, torch.where(greedy, torch.zeros_like(t), torch.ones_like(t))
 
     # ------------------------------------------------------------------ randomness
     @staticmethod
@@ -327,7 +349,7 @@ class SpecopsRejectionSampler(VllmRejectionSampler):
         std_logits, target_pos, _ = self._standard_logits(metadata, logits)
         if self._needs_processing(sm):
             std_logits = self._processed_logits(std_logits, target_pos, metadata, sm)
-        min_p = self._min_p(sm, B, device) if not sm.all_greedy else 0.0
+        min_p, custom = self._min_p(sm, B, device) if not sm.all_greedy else (0.0, [])
 
         greedy = True
         if sm.all_greedy or sm.temperature is None:
@@ -343,6 +365,9 @@ class SpecopsRejectionSampler(VllmRejectionSampler):
             top_p = 1.0 if sm.top_p is None else sm.top_p.to(device=device,
                                                               dtype=torch.float32)
             seed = self._seeds(sm, B, device)
+            if custom:
+                std_logits, temperature = self._after_temperature(
+                    std_logits, target_pos, metadata, temperature, custom)
         out = specops.verify_block(
             std_logits, metadata.draft_token_ids, draft_probs,
             cu_num_draft_tokens=metadata.cu_num_draft_tokens, temperature=temperature,

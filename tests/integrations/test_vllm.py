@@ -423,19 +423,35 @@ def LogitBiasLogitsProcessor_with(biases):
     return p
 
 
-def test_unsupported_argmax_invariant_processor_refused():
-    class Custom:
+def test_custom_argmax_invariant_processor_after_temperature():
+    """A custom argmax-invariant processor acts after the temperature, as in vLLM's Sampler:
+    doubling the logits at T = 1 gives token for token what T = 0.5 gives (both exact in
+    float32), drafts and bonus alike; greedy requests are untouched."""
+    class Sharpen:
         def is_argmax_invariant(self):
             return True
 
         def apply(self, logits):
-            return logits
+            return logits * 2.0
 
-    spec = [[1]]
-    logits = torch.randn(2, 10)
-    with pytest.raises(NotImplementedError, match="argmax-invariant"):
-        ours()(make_md(spec), None, logits,
-               make_sm(temperature=torch.ones(1), logitsprocs=LogitsProcessors([Custom()])))
+    V, n = 9, 400
+    g = torch.Generator().manual_seed(6)
+    spec = [[int(x) for x in torch.randint(0, V, (k,), generator=g)] for k in [2, 0, 3, 1] * 100]
+    logits = torch.randn(sum(map(len, spec)) + n, V, generator=g)
+
+    def run(temp, procs):
+        gens = {i: torch.Generator().manual_seed(7 + i) for i in range(n)}
+        sm = make_sm(temperature=temp, generators=gens, logitsprocs=LogitsProcessors(procs))
+        return ours()(make_md(spec), None, logits, sm).sampled_token_ids
+
+    temp = torch.ones(n)
+    temp[::5] = 0.0                                     # some greedy requests
+    half = torch.where(temp == 0, temp, temp * 0.5)
+    sharp = run(temp, [Sharpen()])
+    assert torch.equal(sharp, run(half, []))
+    assert not torch.equal(sharp, run(temp, []))       # the processor did something
+    greedy = temp == 0
+    assert torch.equal(sharp[greedy], run(torch.zeros(n), [])[greedy])
 
 
 # ----------------------------------------------------------------------------- logprobs

@@ -37,6 +37,7 @@ SHA256 = {
     "sample_utils.py": "f61b59703ba47188ab55cc18a778ffe03b56362ca927672b948bf9882bfafcdb",
 }
 UTILS = "tests.v1.sample.utils"          # the name vLLM's test imports its helpers by
+UPSTREAM = "tests.integrations.vllm_upstream_rejection_sampler"
 
 
 def _load(module_name, file_name):
@@ -61,11 +62,13 @@ def _load_upstream():
     _vrs.RejectionSampler = sv.SpecopsRejectionSampler
     try:
         _load(UTILS, "sample_utils.py")
-        return _load("tests.integrations.vllm_upstream_rejection_sampler",
-                     "rejection_sampler_tests.py")
+        return _load(UPSTREAM, "rejection_sampler_tests.py")
     finally:
         _vrs.RejectionSampler = original
-        for name in added + [UTILS]:      # leave no stand-in in our own tests package
+        # no stand-in left in our own tests package; and the upstream module out of
+        # sys.modules, where specops' unregister() (tested in test_vllm.py) would rebind
+        # its RejectionSampler to vLLM's
+        for name in added + [UTILS, UPSTREAM]:
             sys.modules.pop(name, None)
 
 
@@ -74,6 +77,12 @@ upstream = _load_upstream()
 # pytest collects the test functions and the fixture from this module's namespace
 globals().update({name: obj for name, obj in vars(upstream).items()
                   if name.startswith("test_") or name == "rejection_sampler"})
+
+
+@pytest.fixture(autouse=True)
+def _specops_substituted():
+    """Every test here, vLLM's included, runs with the substitution in force."""
+    assert upstream.RejectionSampler is sv.SpecopsRejectionSampler
 
 
 def test_upstream_tests_build_specops_sampler(rejection_sampler):
