@@ -24,8 +24,11 @@ num_draft_tokens, temperature, top_k, top_p, min_p, seed, eos_token_id, pad_toke
     them, and position ids are ``cumsum(attention_mask) - 1`` (the convention transformers'
     own ``generate`` uses for left padding), so the positions a request sees are exactly
     those of its unpadded sequence.  Slots that every request has rejected are cropped off
-    the end of the cache (``DynamicCache.crop``).  Left padding and a caller's attention mask
-    are handled the same way.  Finished requests (EOS or ``max_new_tokens``) leave the batch
+    the end of the cache (``DynamicCache.crop``); once a cache holds 16 or more (and a
+    quarter of) slots nobody attends to, each request's attended slots are gathered together
+    (left-aligned padding again; positions unchanged), so the cache grows with the tokens
+    kept, not with the drafts proposed.  Left padding and a caller's attention mask are
+    handled the same way.  Finished requests (EOS or ``max_new_tokens``) leave the batch
     (``DynamicCache.batch_select_indices``).  The cache goes to the model's forward under the
     name that forward takes: ``cache`` where transformers 5.x renamed it (5.24: the old name
     warns, and goes in 5.40), else ``past_key_values`` (transformers 4.x, models not renamed
@@ -44,7 +47,8 @@ num_draft_tokens, temperature, top_k, top_p, min_p, seed, eos_token_id, pad_toke
     draft_calls (forward passes, prefill included), steps, accepted_per_position (how often
     draft position j was accepted), accept_length_hist (histogram of accepted drafts per
     request-step), proposed (draft tokens proposed), accepted (draft tokens accepted) and
-    num_draft_tokens (K of each step: fixed, or chosen by the planner with "auto").
+    num_draft_tokens (K of each step: fixed, or chosen by the planner with "auto") and
+    max_cache_slots (the longest target cache a forward pass attended over).
 """
 from __future__ import annotations
 
@@ -187,6 +191,44 @@ def _attention_window(model) -> Optional[int]:
     return min(sizes) if sizes else None
 
 
+def _shrink(cache, mask):
+    """Drop the cache slots no request attends to any more: off the end (``crop``), and,
+    once they are many, everywhere (``_compact``), so that the caches grow with the tokens
+    kept rather than with the drafts proposed."""
+    used = torch.nonzero(mask.any(0)).flatten()
+    last = int(used[-1]) + 1 if used.numel() else 0
+    if mask.shape[1] > last:
+        cache.crop(last - mask.shape[1])
+        mask = mask[:, :last]
+    keep = int(mask.sum(1).max()) if mask.numel() else 0
+    if mask.shape[1] - keep >= max(16, keep // 4):
+        mask = _compact(cache, mask, keep)
+    return mask
+
+
+def _compact(cache, mask, keep):
+    """Gather each request's attended slots, in order, to the right of ``keep`` columns (left
+    padding again).  A slot's position is the number of attended slots up to it, so no
+    position changes.  Only plain ``DynamicLayer`` caches are rewritten (their ``keys`` /
+    ``values`` are [B, heads, slots, dim]); any other cache keeps its holes, which costs
+    time, not exactness."""
+    try:
+        from transformers.cache_utils import DynamicLayer
+    except ImportError:
+        return mask
+    layers = getattr(cache, "layers", None)
+    if not layers or any(type(x) is not DynamicLayer or not getattr(x, "is_initialized", False)
+                         or x.keys.shape[-2] != mask.shape[1] for x in layers):
+        return mask
+    idx = torch.sort(mask, dim=1, stable=True).indices[:, mask.shape[1] - keep:]
+    for x in layers:
+        for name in ("keys", "values"):
+            t = getattr(x, name)
+            setattr(x, name, t.gather(2, idx[:, None, :, None].expand(
+                t.shape[0], t.shape[1], keep, t.shape[3])))
+    return mask.gather(1, idx)
+
+
 def _new_cache(model):
     from transformers import DynamicCache
     try:
@@ -283,7 +325,7 @@ def generate(target_model, draft_model, input_ids: torch.Tensor,
 
     stats = dict(target_calls=0, draft_calls=0, steps=0, proposed=0, accepted=0,
                  accepted_per_position=[0] * gamma, accept_length_hist=[0] * (gamma + 1),
-                 num_draft_tokens=[])
+                 num_draft_tokens=[], max_cache_slots=0)
     new_tokens = [[] for _ in range(B)]
     if max_new_tokens == 0:
         return GenerateOutput(input_ids.clone(), torch.zeros(B, dtype=torch.long), stats)
@@ -337,6 +379,7 @@ def generate(target_model, draft_model, input_ids: torch.Tensor,
         t_in = torch.cat([pending[:, None], d_ids], 1)
         tmask = torch.cat([tmask, torch.ones(Ba, gamma + 1, dtype=torch.long, device=device)], 1)
         t_logits = _forward(target_model, t_in, tmask, tcache, tkw)[:, :, :V].contiguous()
+        stats["max_cache_slots"] = max(stats["max_cache_slots"], tmask.shape[1])
         stats["target_calls"] += 1
         stats["steps"] += 1
         greedy = t_a == 0
@@ -390,18 +433,7 @@ def generate(target_model, draft_model, input_ids: torch.Tensor,
             dcache.batch_select_indices(idx)
             tmask, dmask = tmask[idx], dmask[idx]
             pending, extra, extra_valid = pending[idx], extra[idx], extra_valid[idx]
-        # crop slots that every remaining request has rolled back
-        for cache, name in ((tcache, "t"), (dcache, "d")):
-            m = tmask if name == "t" else dmask
-            used = torch.nonzero(m.any(0)).flatten()
-            last = int(used[-1]) + 1 if used.numel() else 0
-            cut = m.shape[1] - last
-            if cut > 0:
-                cache.crop(-cut)
-                if name == "t":
-                    tmask = tmask[:, :last]
-                else:
-                    dmask = dmask[:, :last]
+        tmask, dmask = _shrink(tcache, tmask), _shrink(dcache, dmask)
 
     sequences = torch.full((B, L + max_new_tokens), int(pad_token_id), dtype=input_ids.dtype,
                            device=device)

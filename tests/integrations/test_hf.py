@@ -404,3 +404,27 @@ def test_sliding_window_models_exact_inside_the_window_refused_beyond():
     with pytest.raises(ValueError, match="draft_model has sliding-window"):
         specops.generate(llama, _tiny_mistral(1, 7, 8), ids, mask, max_new_tokens=4,
                          num_draft_tokens=2)
+
+
+# ----------------------------------------------------------------------------- cache growth
+def test_cache_grows_with_kept_tokens_not_proposed_drafts(models):
+    """A draft that the requests accept by different amounts leaves rolled-back slots in the
+    middle of the shared cache (crop only removes the ones at its end); they are gathered
+    away, so the target cache stays near prompt + new tokens (without that: 86 slots here),
+    and the output is still the target's greedy output."""
+    target = models[0]
+    mixed = tiny(2, 64, 0)                         # the target's weights plus more noise
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(1)
+        for p in mixed.parameters():
+            p.add_(0.3 * torch.randn(p.shape, generator=g) * p.abs().mean())
+    ids, mask = prompts()
+    n, gamma = 40, 3
+    out = specops.generate(target, mixed, ids, mask, max_new_tokens=n, num_draft_tokens=gamma,
+                           temperature=0.0, eos_token_id=[])
+    assert torch.equal(out.sequences[:, 6:], hf_greedy(target, ids, mask, n))
+    st = out.stats
+    hist = st["accept_length_hist"]
+    assert hist[0] > 0 and hist[gamma] > 0                  # some steps reject, some keep all
+    limit = 6 + n + 16 + 2 * (gamma + 1)
+    assert st["max_cache_slots"] <= limit, (st["max_cache_slots"], limit)
