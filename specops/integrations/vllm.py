@@ -28,7 +28,8 @@ SamplerOutput``, same static ``parse_output``) and replaces the verification its
   own ``torch.Generator`` in ``sampling_metadata.generators`` (``torch.randint(-2**63,
   2**63 - 1, (1,), generator=g)``, so a seeded request is reproducible and independent of its
   batch neighbours), otherwise from torch's default generator on the logits' device; the
-  Philox offset is 0.  An all-greedy batch draws nothing.
+  Philox offset is 0.  An all-greedy batch draws nothing.  vLLM's Sampler draws from the
+  same generators for the bonus token first, as in vLLM.
 * **Processors applied with vLLM's own functions before verification** (this copies the
   target rows to float32 first): penalties (repetition/frequency/presence), bad words,
   ``allowed_token_ids``, min-tokens, the thinking-token budget (draft rows through
