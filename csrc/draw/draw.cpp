@@ -4,6 +4,7 @@
 
 #include "core/float_bits.h"
 #include "simd/passes.h"
+#include "transform/transform.h"
 
 namespace specops {
 namespace {
@@ -12,7 +13,11 @@ inline uint64_t weight(float r) { return uint64_t(f2i64(r * kWScaleF)); }
 
 }  // namespace
 
-int64_t draw(const float* p, const float* q, int64_t y, int64_t V, uint64_t U, Work& w) {
+namespace {
+
+// The draw over p (P == nullptr) or over the row P holds (P->e is p once materialised).
+int64_t draw_impl(const float* p, RowP* P, const float* q, int64_t y, int64_t V, uint64_t U,
+                  Work& w) {
   if (V <= 0) return -1;
   float* r = grow(w.r, V);
   const int64_t nb = (V + kDrawBlock - 1) / kDrawBlock;
@@ -20,7 +25,8 @@ int64_t draw(const float* p, const float* q, int64_t y, int64_t V, uint64_t U, W
   uint64_t* bs = w.bsum.data();
   const Passes& ps = passes();
   bool bad = false;
-  uint64_t S = ps.weights(p, q, r, V, bs, &bad);
+  uint64_t S = P ? ps.row_weights(P->e, P->cut, P->sd, q, r, V, bs, &bad)
+                 : ps.weights(p, q, r, V, bs, &bad);
   if (bad) return -1;
   if (!q && y >= 0 && y < V) {  // point-mass draft: the residual is p with p[y] zeroed
     const uint64_t wy = weight(r[y]);
@@ -29,12 +35,26 @@ int64_t draw(const float* p, const float* q, int64_t y, int64_t V, uint64_t U, W
     r[y] = 0.0f;
   }
   if (S == 0) {  // the residual has no mass: fall back to p
+    if (P) {
+      P->materialize(V);
+      p = P->e;
+    }
     S = ps.weights(p, nullptr, r, V, bs, &bad);
     if (bad) return -1;
   }
   if (S == 0 || int64_t(S) < 0) return -1;
   return find_in_blocks(bs, nb, V, draw_threshold(U, S),
                         [r](int64_t i) { return weight(r[i]); });
+}
+
+}  // namespace
+
+int64_t draw(const float* p, const float* q, int64_t y, int64_t V, uint64_t U, Work& w) {
+  return draw_impl(p, nullptr, q, y, V, U, w);
+}
+
+int64_t draw_row(RowP& P, const float* q, int64_t y, int64_t V, uint64_t U, Work& w) {
+  return draw_impl(nullptr, &P, q, y, V, U, w);
 }
 
 }  // namespace specops

@@ -14,6 +14,11 @@ namespace specops {
 // or when some r is outside [0, 1] (rows that passed the validity checks never do).
 int64_t draw(const float* p, const float* q, int64_t y, int64_t V, uint64_t U, Work& w);
 
+struct RowP;
+// The same draw over the p of a transformed row, computed on the fly (P is left as it was,
+// or materialised when the residual has no mass).
+int64_t draw_row(RowP& P, const float* q, int64_t y, int64_t V, uint64_t U, Work& w);
+
 // floor(U * S / 2^64), exactly.
 inline uint64_t draw_threshold(uint64_t U, uint64_t S) {
   return uint64_t((static_cast<unsigned __int128>(U) * S) >> 64);

@@ -348,19 +348,43 @@ int64_t band_pass(const float* e, int64_t V, float lo, float hi, float* out, uin
 // Vectors of masked tokens (p == 0: top-k / top-p / min-p rows are mostly zeros) store r = 0
 // without reading q (a NaN p still takes the full path and its bad-row flag).
 // MIN (acceptance rates, with q): r = min(p, q > 0 ? q : 0) instead of the residual.
-template <class S, bool HAS_Q, bool MIN = false>
+// FROM_E: p is computed here from a transformed row (e, cut, sd: what materialize would
+// store, see RowP), so the drawn row is not stored as p first.
+struct FromE {
+  float cut = 0.0f;
+  double sd = 1.0;
+};
+
+template <class S, bool HAS_Q, bool MIN = false, bool FROM_E = false>
 int64_t weight_lanes(const float* p, const float* q, float* r, int64_t i, int64_t end,
-                     uint32_t d[3], bool& bad) {
+                     uint32_t d[3], bool& bad, FromE fe = {}) {
   using F = typename S::F;
   using I = typename S::I;
   const F s20 = S::splat(0x1p20f), one = S::splat(1.0f), zero = S::splat(0.0f);
+  const F vcut = S::splat(fe.cut), fmin = S::splat(FLT_MIN_F32);
+  const bool evaluate = !(fe.cut >= 0x1p-40f);  // see materialize_t
   I dh = S::splat_i(0), dm = dh, dl = dh;
   typename S::M vbad = lt(zero, zero);  // all false
   for (; i + S::W <= end; i += S::W) {
-    const F pv = S::load(p + i);
-    if (!any(ne_u(pv, zero))) {
-      store(r + i, zero);
-      continue;
+    F pv;
+    if (FROM_E) {
+      F ev = S::load(p + i);
+      const typename S::M skipped = lt(ev, zero);
+      if (any(skipped))
+        ev = keep(mnot(skipped), ev) + (evaluate ? keep(skipped, pexp_v<S>(ev)) : zero);
+      const typename S::M in = ge(ev, vcut);
+      if (!any(in & ne_u(ev, zero))) {
+        store(r + i, zero);
+        continue;
+      }
+      const F pq = mul_div_f64(ev, kEScale, fe.sd);
+      pv = keep(in & ge(pq, fmin), pq);
+    } else {
+      pv = S::load(p + i);
+      if (!any(ne_u(pv, zero))) {
+        store(r + i, zero);
+        continue;
+      }
     }
     F rv = pv;
     if (HAS_Q && MIN) {  // disjoint masks: one term is +0, the sum is exact
@@ -395,21 +419,29 @@ int64_t weight_lanes(const float* p, const float* q, float* r, int64_t i, int64_
   return i;
 }
 
-template <bool HAS_Q>
+template <bool HAS_Q, bool FROM_E = false>
 uint64_t weights_t(const float* p, const float* q, float* r, int64_t V, uint64_t* bsum,
-                   bool* bad) {
+                   bool* bad, FromE fe = {}) {
   uint64_t total = 0;
   bool b = false;
   for (int64_t b0 = 0, k = 0; b0 < V; b0 += kDrawBlock, ++k) {
     const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
     uint32_t d[3] = {0, 0, 0};
-    const int64_t i = weight_lanes<Native, HAS_Q>(p, q, r, b0, b1, d, b);
-    if constexpr (Native::W > 1) weight_lanes<Scalar, HAS_Q>(p, q, r, i, b1, d, b);
+    const int64_t i = weight_lanes<Native, HAS_Q, false, FROM_E>(p, q, r, b0, b1, d, b, fe);
+    if constexpr (Native::W > 1)
+      weight_lanes<Scalar, HAS_Q, false, FROM_E>(p, q, r, i, b1, d, b, fe);
     bsum[k] = (uint64_t(d[0]) << 40) + (uint64_t(d[1]) << 20) + uint64_t(d[2]);
     total += bsum[k];
   }
   *bad = b;
   return total;
+}
+
+uint64_t row_weights(const float* e, float cut, double sd, const float* q, float* r, int64_t V,
+                     uint64_t* bsum, bool* bad) {
+  const FromE fe{cut, sd};
+  return q ? weights_t<true, true>(e, q, r, V, bsum, bad, fe)
+           : weights_t<false, true>(e, nullptr, r, V, bsum, bad, fe);
 }
 
 // sum of trunc(min(p, q > 0 ? q : 0) * 2^60): beta of the acceptance rates (p, q valid rows)
@@ -547,8 +579,8 @@ uint64_t tree_update(int64_t* R, const int64_t* Qw, double ia, double iq, int64_
 
 extern const Passes SPECOPS_PASSES_TABLE = {
     SPECOPS_PASSES_NAME, &scale_max,  &exp_pass,   &masked_mass, &materialize,
-    &gather_ge,          &gather_key, &band_pass,  &weights,     &block_mass,
-    &min_mass,           &tree_update,
+    &gather_ge,          &gather_key, &band_pass,  &weights,     &row_weights,
+    &block_mass,         &min_mass,   &tree_update,
 };
 
 }  // namespace specops

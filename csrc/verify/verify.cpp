@@ -168,21 +168,25 @@ class Walk {
     if (!target_p(pos)) return -1;
     if (r_.greedy) return pos.argmax;
     read_draft(pos);
-    const float* p = p_row(pos);
     const uint64_t U = sample_uniform64(r_.seed, r_.offset, uint64_t(pos.j));
-    if (!a_.draft.ptr) return draw(p, nullptr, pos.y, r_.V, U, w_);  // point mass at y
-    if (a_.draft_is_probs) return draw(p, pos.dprob, -1, r_.V, U, w_);
-    if (pos.q_nan) return draw(p, nullptr, -1, r_.V, U, w_);  // no residual mass: p
+    if (!a_.draft.ptr) return draw_p(pos, nullptr, pos.y, U);  // point mass at y
+    if (a_.draft_is_probs) return draw_p(pos, pos.dprob, -1, U);
+    if (pos.q_nan) return draw_p(pos, nullptr, -1, U);  // no residual mass: p
     pos.Q.materialize(r_.V);
-    return draw(p, pos.Q.e, -1, r_.V, U, w_);
+    return draw_p(pos, pos.Q.e, -1, U);
+  }
+
+  // The draw from p_j (minus q): from the transformed row directly, without storing p.
+  int64_t draw_p(Position& pos, const float* q, int64_t y, uint64_t U) {
+    if (a_.target_is_probs) return draw(pos.tprob, q, y, r_.V, U, w_);
+    return draw_row(pos.P, q, y, r_.V, U, w_);
   }
 
   // Bonus / end of block at j = kb: a draw from p_j (greedy: the argmax).
   int64_t bonus_draw(Position& pos) {
     if (!target_p(pos)) return -1;
     if (r_.greedy) return pos.argmax;
-    return draw(p_row(pos), nullptr, -1, r_.V, sample_uniform64(r_.seed, r_.offset, uint64_t(pos.j)),
-                w_);
+    return draw_p(pos, nullptr, -1, sample_uniform64(r_.seed, r_.offset, uint64_t(pos.j)));
   }
 
   // Block verification (reference section 9).
