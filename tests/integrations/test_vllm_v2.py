@@ -23,13 +23,9 @@ _vllm_setup.prepare()
 
 import vllm.v1.worker.gpu.buffer_utils as _buffers  # noqa: E402
 
-# CPU platform claims UVA but cannot pin memory; vLLM's explicit-copy fallback is the real path.
-_buffers.is_uva_available = lambda: False
-
 from scipy import stats as scipy_stats  # noqa: E402
 from vllm.config import VllmConfig  # noqa: E402
 from vllm.sampling_params import SamplingParams  # noqa: E402
-from vllm.v1.worker.gpu import model_runner as _mrv2_runner  # noqa: E402
 from vllm.v1.worker.gpu.input_batch import InputBatch  # noqa: E402
 from vllm.v1.worker.gpu.sample.sampler import Sampler  # noqa: E402
 from vllm.v1.worker.gpu.spec_decode import rejection_sampler as _mrv2  # noqa: E402
@@ -43,6 +39,13 @@ ALPHA = 1e-6
 CPU = torch.device("cpu")
 needs_vllm_kernels = pytest.mark.skipif(not _vllm_setup.VLLM_KERNELS,
                                         reason="vLLM's Triton kernels cannot run here")
+
+
+@pytest.fixture(autouse=True)
+def _no_pinned_memory(monkeypatch):
+    """vLLM's CPU platform claims UVA but cannot pin memory; its explicit-copy fallback
+    (NonUvaBuffer) is the path a CPU takes.  Scoped to each test of this file."""
+    monkeypatch.setattr(_buffers, "is_uva_available", lambda: False)
 
 
 def spec_config(K, method="standard"):
@@ -120,6 +123,7 @@ def test_another_vllm_verify_signature_fails_loudly(monkeypatch):
 
 
 def test_register_patches_the_mrv2_runner_and_unregister_restores():
+    from vllm.v1.worker.gpu import model_runner as _mrv2_runner
     try:
         sv.register()
         assert _mrv2.RejectionSampler is sv2.SpecopsV2RejectionSampler
