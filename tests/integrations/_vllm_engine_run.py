@@ -5,6 +5,8 @@ process and writes what they did to a JSON file.
     python -m tests.integrations._vllm_engine_run smollm2 MODEL_DIR
     python -m tests.integrations._vllm_engine_run run PLAN.json OUT.json
 
+(a plan's ``"prepare": [["build", DIR], ...]`` does the first two inside ``run``).
+
 ``build`` makes the test's models from nothing (no download): a byte-level BPE tokenizer
 trained on a few strings, a tiny random Llama (the target) and a perturbed copy of it (the
 draft: close to the target, so acceptance is neither 0 nor 1).  ``run`` starts each engine
@@ -156,6 +158,9 @@ def run(plan_path: str, out_path: str) -> None:
 
     with open(plan_path) as f:
         plan = json.load(f)
+    # Models are made in the same process as the engines: one interpreter start less.
+    for what, where in plan.get("prepare", []):
+        {"build": build, "smollm2": smollm2}[what](where)
     results = {"driver_pid": os.getpid(), "engines": {}}
     for eng in plan["engines"]:
         t0 = time.time()

