@@ -201,7 +201,7 @@ uint64_t exp_t(float* x, int64_t V, float m, float thr, ExpOptions* opt) {
         if (SPARSE) e[k] = keep(in[k], e[k]);
         store(x + i + k * S::W, e[k]);
         add_mass<S>(CUT ? keep(ge(e[k], vcut), e[k]) : e[k], hi, lo);
-        if (CAND) c = c | ge(e[k], vlo);
+        if (CAND && cand) c = c | ge(e[k], vlo);  // (after an overflow: no more gathering)
       }
       if (CAND && cand && any(c)) {
         for (int k = 0; k < G; ++k) nc += compress(cand + nc, e[k], ge(e[k], vlo));
