@@ -1,6 +1,6 @@
 """One ``verify_block`` call per setting on the real-logits blocks, for instruction counts.
 
-    python -m bench.cpu_profile --setting t0.8            # one call through specops
+    python -m bench.cpu_profile --setting t0.8 --calls 30  # verify_block alone, best of 30
     bash bench/harness/callgrind.sh t0.8                   # instruction counts per pass
 
 Instruction counts do not depend on what else the machine runs (bench/results/cpu_notes.md
@@ -10,6 +10,7 @@ V=49152, fp32 logits and fp32 draft probabilities, drafts sampled from q).
 from __future__ import annotations
 
 import argparse
+import time
 
 import torch
 
@@ -39,9 +40,12 @@ def main(argv=None):
                                  formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--setting", default="t0.8", choices=list(real.SETTINGS))
     ap.add_argument("--batch", type=int, default=real.HEADLINE_B)
-    ap.add_argument("--calls", type=int, default=1)
+    ap.add_argument("--calls", type=int, default=1, help="calls; the best time is printed")
+    ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--dump", default=None, help="write the inputs for bench/harness (no call)")
     args = ap.parse_args(argv)
+    if args.threads:
+        torch.set_num_threads(args.threads)
     blocks = real_logits.load_blocks()
     target = blocks["target"][:args.batch].contiguous()
     draft = blocks["draft_logits"][:args.batch].contiguous()
@@ -52,10 +56,16 @@ def main(argv=None):
         dump(args.dump, target, q, ids, s, args.calls)
         return
     kw = dict(seed=torch.arange(B), offset=torch.zeros(B, dtype=torch.int64), backend="cpu", **s)
+    best = float("inf")
     for _ in range(args.calls):
+        t0 = time.perf_counter()
         out = specops.verify_block(target, ids, q, **kw)
-    print(f"{args.setting}: B={B}, accepted {out.num_accepted.float().mean():.2f}, "
-          f"tokens hash {int((out.token_ids.long() * torch.arange(out.token_ids.numel()).view_as(out.token_ids)).sum())}")
+        best = min(best, time.perf_counter() - t0)
+    tok = out.token_ids.long()
+    digest = int((tok * torch.arange(tok.numel()).view_as(tok)).sum())
+    print(f"{args.setting}: B={B}, threads {torch.get_num_threads()}, accepted "
+          f"{out.num_accepted.float().mean():.2f}, tokens digest {digest}, best of "
+          f"{args.calls} calls {best * 1e3:.3f} ms")
 
 
 if __name__ == "__main__":
