@@ -26,17 +26,10 @@ from specops.backends import cpu  # noqa: E402
 from specops.backends import reference as ref  # noqa: E402
 from tests.conftest import count_rows  # noqa: E402
 
+from tests.test_cpu_native import isa  # noqa: E402,F401  (every ISA level of the passes)
+
 F32 = np.float32
 BOUND = R.EXP_ZERO_MASS
-ISAS = _C.available_isas()
-
-
-@pytest.fixture(params=ISAS)
-def isa(request):
-    before = _C.isa()
-    _C.set_isa(request.param)
-    yield request.param
-    _C.set_isa(before)
 
 
 def _floats_between(lo: float, hi: float) -> np.ndarray:
