@@ -11,10 +11,6 @@ namespace {
 
 inline uint64_t weight(float r) { return uint64_t(f2i64(r * kWScaleF)); }
 
-}  // namespace
-
-namespace {
-
 // The draw over p (P == nullptr) or over the row P holds (P->e is p once materialised).
 int64_t draw_impl(const float* p, RowP* P, const float* q, int64_t y, int64_t V, uint64_t U,
                   Work& w) {
