@@ -41,6 +41,7 @@ import torch
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 import specops  # noqa: E402
+from bench import report  # noqa: E402
 from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
 
 
@@ -229,11 +230,7 @@ def main():
             r = run_variant(args, target, draft, b, args.compare_temperature, k, method, cost)
             lines.append(f"| {b} | {k} | {method} | {r['tps']:.1f} | {r['per_step']:.2f} | "
                          f"{r['target_calls']} | {r['mean_k']:.2f} |")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    report.print_and_write(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,19 @@ class Report:
         self.lines.append(s)
 
     def save(self, path) -> None:
+        write(self.lines, path)
         if path:
-            with open(path, "w") as f:
-                f.write("\n".join(self.lines) + "\n")
             print(f"wrote {path}")
+
+
+def write(lines, path) -> None:
+    """The report's lines to ``path`` (nothing when ``path`` is empty)."""
+    if path:
+        with open(path, "w") as f:
+            f.write("\n".join(lines) + "\n")
+
+
+def print_and_write(lines, path) -> None:
+    """Scripts that build the whole report first: print it, then write it."""
+    print("\n".join(lines) + "\n")
+    write(lines, path)

@@ -43,27 +43,14 @@ from vllm.triton_utils.dispatcher import KernelOverride  # noqa: E402
 from vllm.v1.sample.logits_processor import LogitsProcessors  # noqa: E402
 from vllm.v1.sample.metadata import SamplingMetadata  # noqa: E402
 from vllm.v1.sample.sampler import Sampler  # noqa: E402
-from vllm.v1.spec_decode.metadata import SpecDecodeMetadata  # noqa: E402
 
 import specops  # noqa: E402
 from specops.integrations.vllm import SpecopsRejectionSampler  # noqa: E402
+from bench import report  # noqa: E402
+from bench.vllm_layout import make_md  # noqa: E402
 
 P = vrs.PLACEHOLDER_TOKEN_ID
 CONF = 0.999
-
-
-def make_md(spec):
-    """SpecDecodeMetadata with the row indices vLLM's model runner builds."""
-    md = SpecDecodeMetadata.make_dummy(spec, device=torch.device("cpu"))
-    tpos, bpos, row = [], [], 0
-    for ids in spec:
-        tpos += range(row, row + len(ids))
-        bpos.append(row + len(ids))
-        row += len(ids) + 1
-    md.target_logits_indices = torch.tensor(tpos, dtype=torch.int32)
-    md.bonus_logits_indices = torch.tensor(bpos, dtype=torch.int32)
-    md.logits_indices = torch.arange(row, dtype=torch.int32)
-    return md
 
 
 def make_sm(n, temperature, generators=None):
@@ -245,11 +232,7 @@ def main():
               f"    {got.tolist()}", "",
               f"instead of {want.tolist()}.", "",
               CAUSE]
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
+    report.print_and_write(lines, args.out)
 
 
 if __name__ == "__main__":

@@ -25,9 +25,9 @@ from vllm.v1.sample.metadata import SamplingMetadata  # noqa: E402
 from vllm.v1.sample.rejection_sampler import PLACEHOLDER_TOKEN_ID  # noqa: E402
 from vllm.v1.sample.rejection_sampler import RejectionSampler as VllmRS  # noqa: E402
 from vllm.v1.sample.sampler import Sampler  # noqa: E402
-from vllm.v1.spec_decode.metadata import SpecDecodeMetadata  # noqa: E402
 
 import specops  # noqa: E402
+from bench.vllm_layout import make_md  # noqa: E402
 from specops import reference as ref  # noqa: E402
 from specops.integrations import vllm as sv  # noqa: E402
 
@@ -37,21 +37,6 @@ needs_vllm_kernels = pytest.mark.skipif(not _vllm_setup.VLLM_KERNELS,
 
 
 # ----------------------------------------------------------------------------- helpers
-def make_md(spec_tokens):
-    """Real SpecDecodeMetadata.make_dummy, with the row indices vLLM's model runner builds."""
-    md = SpecDecodeMetadata.make_dummy(spec_tokens, device=torch.device("cpu"))
-    tpos, bpos = [], []
-    row = 0
-    for ids in spec_tokens:
-        tpos += list(range(row, row + len(ids)))
-        bpos.append(row + len(ids))
-        row += len(ids) + 1
-    md.target_logits_indices = torch.tensor(tpos, dtype=torch.int32)
-    md.bonus_logits_indices = torch.tensor(bpos, dtype=torch.int32)
-    md.logits_indices = torch.arange(row, dtype=torch.int32)
-    return md
-
-
 def make_sm(*, temperature=None, top_k=None, top_p=None, generators=None, logitsprocs=None,
             output_token_ids=None, spec_token_ids=None, prompt_token_ids=None,
             repetition=None, frequency=None, presence=None, bad_words=None,
