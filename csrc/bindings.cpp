@@ -358,8 +358,25 @@ PYBIND11_MODULE(_C, m) {
       "The transform's exp pass (tests): (entries, S).  entries = x >= thr ? pexp(x - m) : 0; "
       "with tail=True, vectors without integer mass keep d = x - m (negative) instead");
 
+  m.def(
+      "materialize",
+      [](py::array_t<float, py::array::c_style | py::array::forcecast> e, float cut, double sd) {
+        specops::check_isa_env();
+        py::array_t<float> out(e.request().shape);
+        const int64_t n = int64_t(e.size());
+        std::copy(e.data(), e.data() + n, out.mutable_data());
+        {
+          py::gil_scoped_release nogil;
+          specops::materialize_array(out.mutable_data(), n, cut, sd);
+        }
+        return out;
+      },
+      py::arg("e"), py::arg("cut"), py::arg("sd"),
+      "The transform's probability pass (tests): e >= cut ? flush(float32(float64(e) * 2^40 / "
+      "sd)) : 0, at the active ISA level (a negative e stands for pexp(e), as in a row)");
+
   m.def("isa", &specops::isa,
-        "The active ISA level: 'scalar', 'sse2' or 'avx2'.  Raises ValueError when "
+        "The active ISA level: 'scalar', 'sse2', 'avx2' or 'avx512'.  Raises ValueError when "
         "SPECOPS_CPU_ISA asks for a level that is unknown or cannot run here.");
   m.def("set_isa", &specops::set_isa, py::arg("level"),
         "Switch the ISA level in-process (tests); ValueError for a level that cannot run here.");

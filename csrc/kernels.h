@@ -108,4 +108,9 @@ void pexp_array(const float* in, float* out, int64_t n);
 // (simd/passes.h); returns S = sum trunc(e * 2^40).  For the tests of that encoding.
 uint64_t exp_pass_array(float* x, int64_t n, float m, float thr, bool tail);
 
+// The transform's probability pass over e (in place) at the active ISA level:
+// p = e >= cut ? flush(float32(float64(e) * 2^40 / sd)) : 0 (reference section 2).  For the
+// tests of the division-free quotient (simd/vec_avx512.h).
+void materialize_array(float* e, int64_t n, float cut, double sd);
+
 }  // namespace specops

@@ -14,13 +14,14 @@ OUT="${SPECOPS_HARNESS_DIR:-/tmp/specops_harness}"
 mkdir -p "$OUT"
 FLAGS="-O3 -g -std=c++17 -ffp-contract=off -fno-fast-math -Icsrc"
 objs=()
-for lvl in 0 1 2; do
+for lvl in 0 1 2 3; do
   extra=""; [ $lvl = 1 ] && extra="-msse2"; [ $lvl = 2 ] && extra="-mavx2 -mpopcnt"
+  [ $lvl = 3 ] && extra="-mavx512f -mavx512dq -mavx2 -mpopcnt"
   g++ $FLAGS $extra -DSPECOPS_ISA=$lvl -c csrc/simd/passes.cpp -o "$OUT/passes$lvl.o" &
   objs+=("$OUT/passes$lvl.o")
 done
 wait
-g++ $FLAGS -DSPECOPS_WITH_SSE2 -DSPECOPS_WITH_AVX2 -o "$OUT/verify_harness" \
+g++ $FLAGS -DSPECOPS_WITH_SSE2 -DSPECOPS_WITH_AVX2 -DSPECOPS_WITH_AVX512 -o "$OUT/verify_harness" \
   bench/harness/verify_harness.cpp csrc/simd/isa.cpp csrc/transform/*.cpp csrc/draw/draw.cpp \
   csrc/verify/verify.cpp csrc/verify/block_rows.cpp "${objs[@]}"
 settings=("$@")

@@ -35,6 +35,15 @@ inline int64_t f2i64(float v) {
                                                      : std::numeric_limits<int64_t>::min();
 }
 
+// The transform's probability p = float32(float64(e) * sc / sd) (sc = 2^40: the product is
+// exact), reference section 2.  c = sc / sd lets the SIMD levels multiply where they can prove
+// the float32 result equal (simd/vec_avx2.h, quot_needs_division); every level gives the bits
+// of the division.
+struct DivScale {
+  double sc, sd, c;
+  DivScale(double sc_, double sd_) : sc(sc_), sd(sd_), c(sc_ / sd_) {}
+};
+
 // Integer mass of an e value in [0, 1] (exact).
 // E of a transformed row's entry; a negative entry (a token the exp pass skipped, holding
 // d = x - m < EXP_ZERO_MASS, see simd/passes.h) has E = 0.

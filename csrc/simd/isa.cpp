@@ -1,5 +1,5 @@
 // Run-time choice of the ISA level (see passes.h).  Default: the best level this build
-// contains and this CPU runs.  SPECOPS_CPU_ISA=scalar|sse2|avx2 asks for one; an unknown
+// contains and this CPU runs.  SPECOPS_CPU_ISA=scalar|sse2|avx2|avx512 asks for one; an unknown
 // name or a level the CPU (or the build) lacks is an error that names the variable, raised by
 // every entry point until set_isa() picks a level explicitly: never a silent fallback.
 #include <cstdlib>
@@ -28,9 +28,15 @@ bool cpu_avx2() {
   __builtin_cpu_init();
   return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
 }
+// (libgcc reports the AVX-512 features only when the OS saves the ZMM and mask state)
+bool cpu_avx512() {
+  __builtin_cpu_init();
+  return cpu_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+}
 #else
 bool cpu_sse2() { return false; }
 bool cpu_avx2() { return false; }
+bool cpu_avx512() { return false; }
 #endif
 
 const Level kLevels[] = {
@@ -44,6 +50,11 @@ const Level kLevels[] = {
     {"avx2", &kPassesAvx2, &cpu_avx2},
 #else
     {"avx2", nullptr, &cpu_avx2},
+#endif
+#if defined(SPECOPS_WITH_AVX512)
+    {"avx512", &kPassesAvx512, &cpu_avx512},
+#else
+    {"avx512", nullptr, &cpu_avx512},
 #endif
 };
 

@@ -13,13 +13,17 @@
 #include "simd/vec_scalar.h"
 
 #if !defined(SPECOPS_ISA)
-#error "simd/passes.cpp is compiled once per level with -DSPECOPS_ISA=0|1|2 (see CMakeLists.txt)"
+#error "simd/passes.cpp is compiled once per level with -DSPECOPS_ISA=0|1|2|3 (see CMakeLists.txt)"
 #elif SPECOPS_ISA == 1
 #include "simd/vec_sse2.h"
 #elif SPECOPS_ISA == 2
 #include <immintrin.h>
 
 #include "simd/vec_avx2.h"
+#elif SPECOPS_ISA == 3
+#include <immintrin.h>
+
+#include "simd/vec_avx512.h"
 #endif
 
 namespace specops {
@@ -38,8 +42,12 @@ using Native = simd::Sse2;
 using Native = simd::Avx2;
 #define SPECOPS_PASSES_TABLE kPassesAvx2
 #define SPECOPS_PASSES_NAME "avx2"
+#elif SPECOPS_ISA == 3
+using Native = simd::Avx512;
+#define SPECOPS_PASSES_TABLE kPassesAvx512
+#define SPECOPS_PASSES_NAME "avx512"
 #else
-#error "SPECOPS_ISA must be 0 (scalar), 1 (sse2) or 2 (avx2)"
+#error "SPECOPS_ISA must be 0 (scalar), 1 (sse2), 2 (avx2) or 3 (avx512)"
 #endif
 
 // Number of elements of [i, n) covered by whole vectors, at most `cap` vectors.
@@ -254,7 +262,8 @@ uint64_t masked_mass(const float* e, int64_t V, float cut) {
 template <class S>
 void materialize_t(float* e, int64_t V, float cut, double sd) {
   using F = typename S::F;
-  const F vcut = S::splat(cut), fmin = S::splat(FLT_MIN_F32), zero = S::splat(0.0f);
+  const F vcut = S::splat(cut), zero = S::splat(0.0f);
+  const DivScale ds(kEScale, sd);
   const bool evaluate = !(cut >= 0x1p-40f);
   int64_t i = 0;
   for (; i + S::W <= V; i += S::W) {
@@ -267,8 +276,7 @@ void materialize_t(float* e, int64_t V, float cut, double sd) {
       store(e + i, zero);
       continue;
     }
-    const F p = mul_div_f64(ev, kEScale, sd);
-    store(e + i, keep(in & ge(p, fmin), p));
+    store(e + i, keep(in, div_flush(ev, ds)));
   }
   if constexpr (S::W > 1) materialize_t<Scalar>(e + i, V - i, cut, sd);
 }
@@ -343,27 +351,72 @@ int64_t band_pass(const float* e, int64_t V, float lo, float hi, float* out, uin
 }
 
 // ------------------------------------------------------------------ draw weights
-// r = p > q ? p - max(q, 0) : 0 (HAS_Q) or r = p; the three 20-bit digits of
-// trunc(r * 2^60) over [i, end) added to d[]; returns where the whole vectors stopped.
+// Exact sum of trunc(r * 2^60) over the lanes added (0 <= r <= 1): three 20-bit digits, each
+// an exact float32 step, summed in int32 lanes (kDrawBlock digits per lane at most).
+template <class S>
+struct WeightSum {
+  typename S::I h = S::splat_i(0), m = h, l = h;
+  void add(typename S::F r) {
+    const typename S::F s20 = S::splat(0x1p20f);
+    const typename S::F y1 = r * s20;
+    const typename S::I dh = to_int(y1);
+    const typename S::F y2 = (y1 - to_float(dh)) * s20;
+    const typename S::I dm = to_int(y2);
+    h = h + dh;
+    m = m + dm;
+    l = l + to_int((y2 - to_float(dm)) * s20);
+  }
+  uint64_t total() const {
+    int32_t lh[S::W], lm[S::W], ll[S::W];
+    store(lh, h);
+    store(lm, m);
+    store(ll, l);
+    uint64_t t = 0;
+    for (int k = 0; k < S::W; ++k)
+      t += (uint64_t(uint32_t(lh[k])) << 40) + (uint64_t(uint32_t(lm[k])) << 20) + uint32_t(ll[k]);
+    return t;
+  }
+};
+
+#if SPECOPS_ISA == 3
+// AVX-512 converts float64 to int64 (AVX512DQ): float64(r) * 2^60 is exact and <= 2^60, so
+// its truncation is trunc(r * 2^60) itself, summed in int64 lanes.  Fewer uops than the digits.
+template <>
+struct WeightSum<simd::Avx512> {
+  __m512i a = _mm512_setzero_si512();
+  void add(simd::Avx512::F r) {
+    const __m512d s60 = _mm512_set1_pd(0x1p60);
+    const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(r.v));
+    const __m512d hi =
+        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(r.v), 1)));
+    a = _mm512_add_epi64(a, _mm512_add_epi64(_mm512_cvttpd_epi64(_mm512_mul_pd(lo, s60)),
+                                             _mm512_cvttpd_epi64(_mm512_mul_pd(hi, s60))));
+  }
+  uint64_t total() const { return uint64_t(_mm512_reduce_add_epi64(a)); }
+};
+#endif
+
+// r = p > q ? p - max(q, 0) : 0 (HAS_Q) or r = p; trunc(r * 2^60) over [i, end) added to
+// sum; returns where the whole vectors stopped.  r outside [0, 1] sets `bad` (and counts 0).
 // Vectors of masked tokens (p == 0: top-k / top-p / min-p rows are mostly zeros) store r = 0
 // without reading q (a NaN p still takes the full path and its bad-row flag).
 // MIN (acceptance rates, with q): r = min(p, q > 0 ? q : 0) instead of the residual.
 // FROM_E: p is computed here from a transformed row (e, cut, sd: what materialize would
-// store, see RowP), so the drawn row is not stored as p first.
+// store, see RowP), so the drawn row is not stored as p first.  Such a p is in [0, 1] (e <= 1
+// and S' >= 2^40 + E of any other kept token), hence so is r: no check.
 struct FromE {
   float cut = 0.0f;
-  double sd = 1.0;
+  DivScale ds{kEScale, kEScale};
 };
 
 template <class S, bool HAS_Q, bool MIN = false, bool FROM_E = false>
 int64_t weight_lanes(const float* p, const float* q, float* r, int64_t i, int64_t end,
-                     uint32_t d[3], bool& bad, FromE fe = {}) {
+                     uint64_t& sum, bool& bad, FromE fe = {}) {
   using F = typename S::F;
-  using I = typename S::I;
-  const F s20 = S::splat(0x1p20f), one = S::splat(1.0f), zero = S::splat(0.0f);
-  const F vcut = S::splat(fe.cut), fmin = S::splat(FLT_MIN_F32);
+  const F one = S::splat(1.0f), zero = S::splat(0.0f);
+  const F vcut = S::splat(fe.cut);
   const bool evaluate = !(fe.cut >= 0x1p-40f);  // see materialize_t
-  I dh = S::splat_i(0), dm = dh, dl = dh;
+  WeightSum<S> ws;
   typename S::M vbad = lt(zero, zero);  // all false
   for (; i + S::W <= end; i += S::W) {
     F pv;
@@ -377,8 +430,7 @@ int64_t weight_lanes(const float* p, const float* q, float* r, int64_t i, int64_
         store(r + i, zero);
         continue;
       }
-      const F pq = mul_div_f64(ev, kEScale, fe.sd);
-      pv = keep(in & ge(pq, fmin), pq);
+      pv = keep(in, div_flush(ev, fe.ds));
     } else {
       pv = S::load(p + i);
       if (!any(ne_u(pv, zero))) {
@@ -396,25 +448,15 @@ int64_t weight_lanes(const float* p, const float* q, float* r, int64_t i, int64_
       rv = keep(gt(pv, qv), pv - max(qv, zero));
     }
     store(r + i, rv);
-    const typename S::M ok = ge(rv, zero) & le(rv, one);
-    vbad = vbad | mnot(ok);
-    const F y1 = keep(ok, rv) * s20;
-    const I h = to_int(y1);
-    const F y2 = (y1 - to_float(h)) * s20;
-    const I m = to_int(y2);
-    dh = dh + h;
-    dm = dm + m;
-    dl = dl + to_int((y2 - to_float(m)) * s20);
+    if (FROM_E) {
+      ws.add(rv);
+    } else {
+      const typename S::M ok = ge(rv, zero) & le(rv, one);
+      vbad = vbad | mnot(ok);
+      ws.add(keep(ok, rv));
+    }
   }
-  int32_t lh[S::W], lm[S::W], ll[S::W];
-  store(lh, dh);
-  store(lm, dm);
-  store(ll, dl);
-  for (int k = 0; k < S::W; ++k) {
-    d[0] += uint32_t(lh[k]);
-    d[1] += uint32_t(lm[k]);
-    d[2] += uint32_t(ll[k]);
-  }
+  sum += ws.total();
   bad = bad || any(vbad);
   return i;
 }
@@ -426,12 +468,12 @@ uint64_t weights_t(const float* p, const float* q, float* r, int64_t V, uint64_t
   bool b = false;
   for (int64_t b0 = 0, k = 0; b0 < V; b0 += kDrawBlock, ++k) {
     const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
-    uint32_t d[3] = {0, 0, 0};
-    const int64_t i = weight_lanes<Native, HAS_Q, false, FROM_E>(p, q, r, b0, b1, d, b, fe);
+    uint64_t s = 0;
+    const int64_t i = weight_lanes<Native, HAS_Q, false, FROM_E>(p, q, r, b0, b1, s, b, fe);
     if constexpr (Native::W > 1)
-      weight_lanes<Scalar, HAS_Q, false, FROM_E>(p, q, r, i, b1, d, b, fe);
-    bsum[k] = (uint64_t(d[0]) << 40) + (uint64_t(d[1]) << 20) + uint64_t(d[2]);
-    total += bsum[k];
+      weight_lanes<Scalar, HAS_Q, false, FROM_E>(p, q, r, i, b1, s, b, fe);
+    bsum[k] = s;
+    total += s;
   }
   *bad = b;
   return total;
@@ -439,7 +481,7 @@ uint64_t weights_t(const float* p, const float* q, float* r, int64_t V, uint64_t
 
 uint64_t row_weights(const float* e, float cut, double sd, const float* q, float* r, int64_t V,
                      uint64_t* bsum, bool* bad) {
-  const FromE fe{cut, sd};
+  const FromE fe{cut, DivScale(kEScale, sd)};
   return q ? weights_t<true, true>(e, q, r, V, bsum, bad, fe)
            : weights_t<false, true>(e, nullptr, r, V, bsum, bad, fe);
 }
@@ -450,10 +492,8 @@ uint64_t min_mass(const float* p, const float* q, float* r, int64_t V) {
   bool b = false;
   for (int64_t b0 = 0; b0 < V; b0 += kDrawBlock) {
     const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
-    uint32_t d[3] = {0, 0, 0};
-    const int64_t i = weight_lanes<Native, true, true>(p, q, r, b0, b1, d, b);
-    if constexpr (Native::W > 1) weight_lanes<Scalar, true, true>(p, q, r, i, b1, d, b);
-    total += (uint64_t(d[0]) << 40) + (uint64_t(d[1]) << 20) + uint64_t(d[2]);
+    const int64_t i = weight_lanes<Native, true, true>(p, q, r, b0, b1, total, b);
+    if constexpr (Native::W > 1) weight_lanes<Scalar, true, true>(p, q, r, i, b1, total, b);
   }
   return total;
 }
@@ -478,7 +518,7 @@ uint64_t block_mass(const float* p, const float* q, double rho, int64_t V, uint6
     const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
     int64_t i = b0;
     uint64_t s = 0;
-#if SPECOPS_ISA == 2
+#if SPECOPS_ISA >= 2  // AVX2 lanes (the AVX-512 level too)
     const __m256d vrho = _mm256_set1_pd(rho), zero = _mm256_setzero_pd();
     const __m256d s30 = _mm256_set1_pd(0x1p30);
     __m256i hi = _mm256_setzero_si256(), lo = hi;
@@ -513,7 +553,7 @@ inline int64_t tree_weight(int64_t r, const int64_t* Qw, double ia, double iq, b
   return w > 0 ? w : 0;
 }
 
-#if SPECOPS_ISA == 2
+#if SPECOPS_ISA >= 2  // AVX2 lanes (the AVX-512 level too)
 // float64 of 0 <= x < 2^62 in four lanes, correctly rounded: the two 31-bit digits convert
 // exactly and one addition rounds (as a scalar int64 -> double conversion does).
 inline __m256d i62_to_pd(__m256i x) {
@@ -535,7 +575,7 @@ uint64_t tree_update(int64_t* R, const int64_t* Qw, double ia, double iq, int64_
     const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
     int64_t i = b0;
     uint64_t s = 0;
-#if SPECOPS_ISA == 2
+#if SPECOPS_ISA >= 2  // AVX2 lanes (the AVX-512 level too)
     const bool y_here = !Qw && y >= b0 && y < b1;
     const int64_t r_y = y_here ? R[y] : 0;  // the point mass's token, before the lanes write it
     const __m256d via = _mm256_set1_pd(ia), viq = _mm256_set1_pd(iq);

@@ -1,9 +1,10 @@
 // The vectorised row passes and the run-time ISA dispatch table.
 //
 // simd/passes.cpp is compiled once per ISA level (CMake: -DSPECOPS_ISA=0 scalar, 1 SSE2,
-// 2 AVX2 with -mavx2; only the scalar unit on non-x86 targets), each unit defining one
-// `Passes` table.  simd/isa.cpp picks the active table: the best level the CPU supports, or
-// the one named by SPECOPS_CPU_ISA=scalar|sse2|avx2.  Every level gives the same bits.
+// 2 AVX2 with -mavx2, 3 AVX-512 with -mavx512f -mavx512dq; only the scalar unit on non-x86
+// targets), each unit defining one `Passes` table.  simd/isa.cpp picks the active table: the
+// best level the CPU supports, or the one named by SPECOPS_CPU_ISA=scalar|sse2|avx2|avx512.
+// Every level gives the same bits.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -98,6 +99,9 @@ extern const Passes kPassesSse2;
 #endif
 #if defined(SPECOPS_WITH_AVX2)
 extern const Passes kPassesAvx2;
+#endif
+#if defined(SPECOPS_WITH_AVX512)
+extern const Passes kPassesAvx512;
 #endif
 
 // The active table (never null).

@@ -9,6 +9,8 @@
 #include <cstdint>
 #include <cstring>
 
+#include "core/float_bits.h"
+
 namespace specops {
 namespace simd {
 namespace {
@@ -67,8 +69,12 @@ inline F as_float(I x) {
 
 inline void store(float* p, F x) { *p = x.v; }
 inline void store(int32_t* p, I x) { *p = x.v; }
-// float32(float64(e) * sc / sd) per lane (correctly rounded float64 mul and div)
-inline F mul_div_f64(F e, double sc, double sd) { return {float(double(e.v) * sc / sd)}; }
+// flush(float32(float64(e) * sc / sd)) per lane: the correctly rounded float64 quotient,
+// rounded to float32, 0 below FLT_MIN (reference section 2)
+inline F div_flush(F e, const DivScale& s) {
+  const float p = float(double(e.v) * s.sc / s.sd);
+  return {p >= FLT_MIN_F32 ? p : 0.0f};
+}
 // Writes the lanes of x selected by m to dst, in order; returns how many.  May write up to
 // W floats at dst whatever m is (callers keep kSimdSlack floats of room).
 inline int compress(float* dst, F x, M m) {

@@ -158,4 +158,8 @@ uint64_t exp_pass_array(float* x, int64_t n, float m, float thr, bool tail) {
   return n > 0 ? passes().exp_pass(x, n, m, thr, tail, nullptr) : 0;
 }
 
+void materialize_array(float* e, int64_t n, float cut, double sd) {
+  if (n > 0) passes().materialize(e, n, cut, sd);
+}
+
 }  // namespace specops
