@@ -190,6 +190,33 @@ def test_sampling_probs_bitwise(V, dtype, isa):
     count("sampling_probs", n)
 
 
+@pytest.mark.parametrize("V", [1, 7, 33, 100, 1000])
+def test_greedy_argmax_every_position_and_ties(V, isa):
+    """Greedy rows: the lowest-index argmax wherever it lies (every position of a row, so every
+    lane of a vector and the scalar tail), with ties after it, -0.0 against +0.0, -inf rows."""
+    rng = np.random.default_rng(V + 101)
+    rows = []
+    for pos in range(V):
+        r = rng.normal(0.0, 1.0, V).astype(np.float32)
+        r[pos] = 9.0
+        if pos + 1 < V:
+            r[rng.integers(pos + 1, V)] = 9.0      # a later tie: the earlier one wins
+        rows.append(r)
+    z = np.full(V, -np.inf, np.float32)
+    z[V // 2:] = 0.0
+    z[V // 2] = -0.0                                # -0.0 == +0.0: its index is the argmax
+    rows += [z, np.full(V, -np.inf, np.float32)]
+    logits = torch.from_numpy(np.stack(rows))
+    n = logits.shape[0]
+    params = (torch.zeros(n), torch.zeros(n, dtype=torch.int64), torch.ones(n), torch.zeros(n))
+    p_cpu, v_cpu = cpu.sampling_probs(logits, *params)
+    p_ref, v_ref = ref.sampling_probs(logits, *params)
+    assert torch.equal(p_cpu, p_ref) and torch.equal(v_cpu, v_ref)
+    assert v_cpu[:-1].all() and not v_cpu[-1]
+    assert torch.equal(p_cpu[:V].argmax(-1), torch.arange(V))
+    count("sampling_probs", n)
+
+
 def test_sampling_probs_strided_rows(isa):
     rng = np.random.default_rng(5)
     big = _logit_rows(rng, 12, 300, torch.float32, specials=False)

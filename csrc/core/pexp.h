@@ -25,20 +25,19 @@ constexpr float EXP_COEFFS[8] = {float(1.0 / 5040.0), float(1.0 / 720.0), float(
                                  1.0f,                1.0f};
 
 // 0 if not d >= -86; else s * 2^n with n = round(d * log2e), r = d - n ln2 (two steps),
-// s = Horner(EXP_COEFFS, r).  S is a Vec tag (simd/vec_*.h).
+// s = Horner(EXP_COEFFS, r).  S is a Vec tag (simd/vec_*.h); its round_even and mul_pow2 are
+// exact (n is an integer with |n| <= 125 where it matters, s * 2^n a normal float), so every
+// level's way of spelling them gives the same bits.
 template <class S>
 inline typename S::F pexp_v(typename S::F d) {
   using F = typename S::F;
   const auto ok = ge(d, S::splat(EXP_CUTOFF));  // false for NaN and for d < -86
   const F dd = keep(ok, d);
-  const F rnd = S::splat(EXP_ROUND);
-  const F n = (dd * S::splat(EXP_LOG2E) + rnd) - rnd;
+  const F n = round_even(dd * S::splat(EXP_LOG2E));
   const F r = (dd - n * S::splat(EXP_LN2_HI)) - n * S::splat(EXP_LN2_LO);
   F s = S::splat(EXP_COEFFS[0]);
   for (int c = 1; c < 8; ++c) s = s * r + S::splat(EXP_COEFFS[c]);
-  // 2^n from its bits: n is integer-valued and >= -125 where ok, so the conversion is exact
-  const F scale = as_float(shl23(to_int(n) + S::splat_i(127)));
-  return keep(ok, s * scale);
+  return keep(ok, mul_pow2(s, n));
 }
 
 // pexp_v of N independent vectors, step by step across them: the same operations per lane
@@ -48,18 +47,17 @@ template <class S, int N>
 inline void pexp_n(const typename S::F* d, typename S::F* out) {
   using F = typename S::F;
   using Mk = decltype(ge(d[0], d[0]));
-  const F rnd = S::splat(EXP_ROUND), cut = S::splat(EXP_CUTOFF);
+  const F cut = S::splat(EXP_CUTOFF);
   Mk ok[N];
   F dd[N], n[N], r[N], s[N];
   for (int k = 0; k < N; ++k) ok[k] = ge(d[k], cut);
   for (int k = 0; k < N; ++k) dd[k] = keep(ok[k], d[k]);
-  for (int k = 0; k < N; ++k) n[k] = (dd[k] * S::splat(EXP_LOG2E) + rnd) - rnd;
+  for (int k = 0; k < N; ++k) n[k] = round_even(dd[k] * S::splat(EXP_LOG2E));
   for (int k = 0; k < N; ++k) r[k] = (dd[k] - n[k] * S::splat(EXP_LN2_HI)) - n[k] * S::splat(EXP_LN2_LO);
   for (int k = 0; k < N; ++k) s[k] = S::splat(EXP_COEFFS[0]);
   for (int c = 1; c < 8; ++c)
     for (int k = 0; k < N; ++k) s[k] = s[k] * r[k] + S::splat(EXP_COEFFS[c]);
-  for (int k = 0; k < N; ++k)
-    out[k] = keep(ok[k], s[k] * as_float(shl23(to_int(n[k]) + S::splat_i(127))));
+  for (int k = 0; k < N; ++k) out[k] = keep(ok[k], mul_pow2(s[k], n[k]));
 }
 
 }  // namespace specops

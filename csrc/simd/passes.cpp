@@ -283,6 +283,30 @@ void materialize_t(float* e, int64_t V, float cut, double sd) {
 
 void materialize(float* e, int64_t V, float cut, double sd) { materialize_t<Native>(e, V, cut, sd); }
 
+// ------------------------------------------------------------------ greedy argmax
+template <class S>
+int64_t first_eq_t(const float* x, int64_t n, float v) {
+  const typename S::F vv = S::splat(v);
+  int64_t i = 0;
+  for (; i + 4 * S::W <= n; i += 4 * S::W) {  // four vectors a test: the row is in cache
+    const typename S::M hit = eq_f(S::load(x + i), vv) | eq_f(S::load(x + i + S::W), vv) |
+                              eq_f(S::load(x + i + 2 * S::W), vv) |
+                              eq_f(S::load(x + i + 3 * S::W), vv);
+    if (any(hit)) break;
+  }
+  for (; i + S::W <= n; i += S::W) {
+    const int bits = movemask(eq_f(S::load(x + i), vv));
+    if (bits) return i + __builtin_ctz(unsigned(bits));
+  }
+  if constexpr (S::W > 1) {
+    const int64_t t = first_eq_t<Scalar>(x + i, n - i, v);
+    return t < 0 ? -1 : i + t;
+  }
+  return -1;
+}
+
+int64_t first_eq(const float* x, int64_t n, float v) { return first_eq_t<Native>(x, n, v); }
+
 // ------------------------------------------------------------------ candidate gathers
 template <class S>
 int64_t gather_ge_t(const float* x, int64_t n, float thr, float* out) {
@@ -618,9 +642,9 @@ uint64_t tree_update(int64_t* R, const int64_t* Qw, double ia, double iq, int64_
 }  // namespace
 
 extern const Passes SPECOPS_PASSES_TABLE = {
-    SPECOPS_PASSES_NAME, &scale_max,  &exp_pass,   &masked_mass, &materialize,
-    &gather_ge,          &gather_key, &band_pass,  &weights,     &row_weights,
-    &block_mass,         &min_mass,   &tree_update,
+    SPECOPS_PASSES_NAME, &scale_max, &exp_pass,  &masked_mass, &materialize,
+    &first_eq,           &gather_ge, &gather_key, &band_pass,   &weights,
+    &row_weights,        &block_mass, &min_mass,  &tree_update,
 };
 
 }  // namespace specops

@@ -62,6 +62,8 @@ struct Passes {
   // in place: p = e >= cut ? flush(float32(float64(e) * 2^40 / sd)) : 0 (a negative entry:
   // e = pexp(entry) first)
   void (*materialize)(float* e, int64_t V, float cut, double sd);
+  // the first i with x[i] == v (-1 if none): the greedy rows' lowest-index argmax
+  int64_t (*first_eq)(const float* x, int64_t n, float v);
   // appends the x >= thr to out; returns the count
   int64_t (*gather_ge)(const float* x, int64_t n, float thr, float* out);
   // appends the x whose key ((ordered ? order_key(bits) : bits) >> shift) & mask == key

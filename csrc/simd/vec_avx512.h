@@ -31,6 +31,7 @@ inline M ge(F a, F b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_GE_OQ)}; }
 inline M gt(F a, F b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_GT_OQ)}; }
 inline M lt(F a, F b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ)}; }
 inline M le(F a, F b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_LE_OQ)}; }
+inline M eq_f(F a, F b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_EQ_OQ)}; }
 inline M ne_u(F a, F b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_NEQ_UQ)}; }
 inline M unord(F a, F b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_UNORD_Q)}; }
 inline M operator&(M a, M b) { return {__mmask16(a.v & b.v)}; }
@@ -52,6 +53,12 @@ inline I sra31(I a) { return {_mm512_srai_epi32(a.v, 31)}; }
 inline M eq(I a, I b) { return {_mm512_cmpeq_epi32_mask(a.v, b.v)}; }
 inline I as_int(F x) { return {_mm512_castps_si512(x.v)}; }
 inline F as_float(I x) { return {_mm512_castsi512_ps(x.v)}; }
+// pexp's exact steps (vec_scalar.h) in one instruction each: round to nearest even, and
+// s * 2^floor(n) (exact: n is an integer and the result normal where pexp keeps it).
+inline F round_even(F y) {
+  return {_mm512_roundscale_ps(y.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
+}
+inline F mul_pow2(F s, F n) { return {_mm512_scalef_ps(s.v, n.v)}; }
 inline void store(float* p, F x) { _mm512_storeu_ps(p, x.v); }
 inline void store(int32_t* p, I x) { _mm512_storeu_si512(p, x.v); }
 

@@ -34,6 +34,7 @@ inline M ge(F a, F b) { return {a.v >= b.v}; }
 inline M gt(F a, F b) { return {a.v > b.v}; }
 inline M lt(F a, F b) { return {a.v < b.v}; }
 inline M le(F a, F b) { return {a.v <= b.v}; }
+inline M eq_f(F a, F b) { return {a.v == b.v}; }
 inline M ne_u(F a, F b) { return {!(a.v == b.v)}; }  // true where either is NaN
 inline M unord(F a, F b) { return {a.v != a.v || b.v != b.v}; }
 inline M operator&(M a, M b) { return {a.v && b.v}; }
@@ -65,6 +66,17 @@ inline F as_float(I x) {
   F r;
   std::memcpy(&r.v, &x.v, 4);
   return r;
+}
+
+// pexp's exact steps (core/pexp.h): y rounded to the nearest integer, ties to even
+// (|y| < 2^22: adding and subtracting 1.5 * 2^23 rounds it), and s * 2^n for an integer-valued
+// n >= -126 (2^n built from its exponent bits).
+inline F round_even(F y) { return {(y.v + 12582912.0f) - 12582912.0f}; }
+inline F mul_pow2(F s, F n) {
+  const uint32_t bits = uint32_t(int32_t(n.v) + 127) << 23;
+  float scale;
+  std::memcpy(&scale, &bits, 4);
+  return {s.v * scale};
 }
 
 inline void store(float* p, F x) { *p = x.v; }

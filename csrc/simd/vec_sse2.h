@@ -17,6 +17,7 @@ inline M ge(F a, F b) { return {_mm_cmpge_ps(a.v, b.v)}; }
 inline M gt(F a, F b) { return {_mm_cmpgt_ps(a.v, b.v)}; }
 inline M lt(F a, F b) { return {_mm_cmplt_ps(a.v, b.v)}; }
 inline M le(F a, F b) { return {_mm_cmple_ps(a.v, b.v)}; }
+inline M eq_f(F a, F b) { return {_mm_cmpeq_ps(a.v, b.v)}; }
 inline M ne_u(F a, F b) { return {_mm_cmpneq_ps(a.v, b.v)}; }
 inline M unord(F a, F b) { return {_mm_cmpunord_ps(a.v, b.v)}; }
 

@@ -108,11 +108,10 @@ int64_t greedy_argmax_row(const Mat& m, int64_t r, float* buf) {
   const int64_t V = m.cols;
   if (V <= 0) return -1;
   const float* src = row_as_f32(m, r, V, buf);
-  const RowScan scan = passes().scale_max(src, nullptr, V, 1.0f);
+  const Passes& ps = passes();
+  const RowScan scan = ps.scale_max(src, nullptr, V, 1.0f);
   if (scan.bad || scan.allneg) return -1;
-  for (int64_t i = 0; i < V; ++i)
-    if (src[i] == scan.mx) return i;
-  return -1;
+  return ps.first_eq(src, V, scan.mx);
 }
 
 // ------------------------------------------------------------------ entry points
