@@ -111,6 +111,9 @@ def run_config(B, K, V, setting_name, reps, with_hf=False, with_ref=False, noise
     res["accepted"] = float(out.num_accepted.float().mean())
     res["rows_read"] = float((out.num_accepted.float() + 1).clamp(max=K + 1).mean())
     res["bytes"] = target.numel() * target.element_size() + q.numel() * 4
+    # what any exact verifier must read: every entry of the target rows up to the sampled one
+    # (the softmax normaliser, or the argmax, needs the whole row)
+    res["must_read"] = B * res["rows_read"] * V * target.element_size()
     return res
 
 
@@ -267,6 +270,14 @@ def target_verdicts(rows, targets=TARGETS):
         goal = f"<= {max_floor}x floor" + (f", >= {min_eager:.0f}x eager" if min_eager else "")
         out.append(f"- {name}: {xf:.2f}x floor" + (f", {xe:.0f}x eager" if min_eager else "")
                    + f" (goal {goal}): {'met' if ok else 'NOT met'}")
+        if min_eager and "must_read" in r:
+            # the same run's floor bandwidth bounds every verifier, so it bounds the ratio
+            bw = r["bytes"] / r["floor"]
+            t_min = r["must_read"] / bw
+            out.append(f"  - read bound: the target rows an exact verifier must read in full "
+                       f"({r['must_read'] / 1e6:.1f} MB) take {t_min * 1e3:.3f} ms at the "
+                       f"floor's {bw / 1e9:.1f} GB/s, so no verifier is more than "
+                       f"{r['eager'] / t_min:.0f}x eager here")
     return out
 
 
@@ -347,6 +358,15 @@ def main(argv=None):
             print(f"real suite skipped: {e}")
 
 
+def _isa():
+    """The C++ path's active SIMD level (SPECOPS_CPU_ISA or the best this CPU runs)."""
+    try:
+        from specops import _C
+        return _C.isa()
+    except Exception as e:  # not built, or SPECOPS_CPU_ISA names a level that cannot run
+        return f"unavailable ({type(e).__name__})"
+
+
 def header(emit, title, prog, argv, backend, reps):
     """Command, date, machine, torch and threads: the top of every CPU report."""
     cpu_model = "unknown"
@@ -363,7 +383,7 @@ def header(emit, title, prog, argv, backend, reps):
     emit(f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}")
     emit(f"- machine: {os.cpu_count()} cores, {cpu_model}, {platform.platform()}")
     emit(f"- torch {torch.__version__}, threads {torch.get_num_threads()}, specops backend "
-         f"`{backend}`, medians of {reps} alternating repetitions")
+         f"`{backend}` (C++ SIMD level {_isa()}), medians of {reps} alternating repetitions")
     emit("- ratios: `x floor` = specops / (torch sum over target logits + draft probs); "
          "`eager/specops`, `hf/specops`, `ref/specops` = peer time / specops time")
     emit()
