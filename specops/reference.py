@@ -91,6 +91,22 @@ passes that compute the masses and the thresholds may replace its exp by the com
 ``p(y)``, the row a request draws from, a min-p below ``2**-40``) it is ``pexp(d)`` as always.
 The C++ path skips the exp of whole SIMD vectors whose kept lanes are all below the bound.
 
+*Spelling the same arithmetic* (implementation freedoms, not changes of the law).  pexp's
+rounding of ``d * LOG2E`` to an integer and its ``s * 2**n`` are exact operations (``|n| <=
+125`` where the result is kept, ``s * 2**n`` a normal float), so a backend may use any exact
+instruction for them (the C++ AVX-512 level: ``roundscale`` to nearest even and ``scalef``).
+The quotient of step 7 may be computed without the division where that provably gives the
+same float32: with ``c = float64(2**40 / float64(S'))`` (correctly rounded once per row),
+``q = float64(e) * c`` is within 3 float64 ulps of the correctly rounded quotient ``x``
+(three roundings of relative size at most ``2**-53``), and float32 rounds ``q`` and ``x``
+alike unless a float32 rounding midpoint lies between them.  In the normal range those
+midpoints are the float64 values whose low 29 mantissa bits equal ``2**28``; below ``2**-125``
+the grid is the subnormal one, but ``q < 2**-127`` flushes to 0 either way.  So ``float32(q)``
+is exact wherever ``q >= 2**-125`` and the low 29 bits of ``q`` are more than 8 from ``2**28``,
+or ``q < 2**-127``; anywhere else the division is used (the C++ AVX-512 level, whose divider
+would otherwise bound the drawn row; ``tests/test_quotient.py`` builds quotients at the
+midpoints and in the band and shows that the bare reciprocal gets them wrong).
+
 Greedy rows skip the transform: the token is the lowest-index argmax of the float32 logits.
 
 3. Validity (NaN / inf policy)

@@ -672,6 +672,27 @@ def test_isa_env_var_unknown_value_is_an_error():
         assert out[key].startswith("ValueError") and "SPECOPS_CPU_ISA='avx9000'" in out[key], out
 
 
+def _cpu_flags():
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("flags"):
+                return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+@pytest.mark.skipif(not _cpu_flags(), reason="no /proc/cpuinfo flags to compare with")
+def test_build_has_every_level_this_cpu_runs():
+    """A level the CPU has (x86 flags as Linux reports them) is in the build and available:
+    a compiler check or CPU probe that silently dropped one would fail here."""
+    flags = _cpu_flags()
+    want = {"sse2": {"sse2"}, "avx2": {"avx2", "popcnt"}, "avx512": {"avx512f", "avx512dq"}}
+    for level, needs in want.items():
+        if needs <= flags:
+            assert level in ISAS, (level, ISAS)
+
+
 def test_set_isa():
     before = _C.isa()
     assert before == ISAS[-1]  # the default is the best level this CPU runs
