@@ -21,7 +21,7 @@ int64_t draw_impl(const float* p, RowP* P, const float* q, int64_t y, int64_t V,
   uint64_t* bs = w.bsum.data();
   const Passes& ps = passes();
   bool bad = false;
-  uint64_t S = P ? ps.row_weights(P->e, P->cut, P->sd, q, r, V, bs, &bad)
+  uint64_t S = P ? ps.row_weights(P->e, P->cut, P->sd, P->sparse, q, r, V, bs, &bad)
                  : ps.weights(p, q, r, V, bs, &bad);
   if (bad) return -1;
   if (!q && y >= 0 && y < V) {  // point-mass draft: the residual is p with p[y] zeroed

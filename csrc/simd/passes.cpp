@@ -431,6 +431,7 @@ struct WeightSum<simd::Avx512> {
 struct FromE {
   float cut = 0.0f;
   DivScale ds{kEScale, kEScale};
+  bool sparse = true;  // the row has masked tokens: vectors of them skip the work
 };
 
 template <class S, bool HAS_Q, bool MIN = false, bool FROM_E = false>
@@ -449,12 +450,16 @@ int64_t weight_lanes(const float* p, const float* q, float* r, int64_t i, int64_
       const typename S::M skipped = lt(ev, zero);
       if (any(skipped))
         ev = keep(mnot(skipped), ev) + (evaluate ? keep(skipped, pexp_v<S>(ev)) : zero);
-      const typename S::M in = ge(ev, vcut);
-      if (!any(in & ne_u(ev, zero))) {
-        store(r + i, zero);
-        continue;
+      if (!fe.sparse) {  // every token kept (a zero e, d < -86, gives p = 0 anyway)
+        pv = div_flush(ev, fe.ds);
+      } else {
+        const typename S::M in = ge(ev, vcut);
+        if (!any(in & ne_u(ev, zero))) {
+          store(r + i, zero);
+          continue;
+        }
+        pv = keep(in, div_flush(ev, fe.ds));
       }
-      pv = keep(in, div_flush(ev, fe.ds));
     } else {
       pv = S::load(p + i);
       if (!any(ne_u(pv, zero))) {
@@ -503,9 +508,9 @@ uint64_t weights_t(const float* p, const float* q, float* r, int64_t V, uint64_t
   return total;
 }
 
-uint64_t row_weights(const float* e, float cut, double sd, const float* q, float* r, int64_t V,
-                     uint64_t* bsum, bool* bad) {
-  const FromE fe{cut, DivScale(kEScale, sd)};
+uint64_t row_weights(const float* e, float cut, double sd, bool sparse, const float* q, float* r,
+                     int64_t V, uint64_t* bsum, bool* bad) {
+  const FromE fe{cut, DivScale(kEScale, sd), sparse || cut > 0.0f};
   return q ? weights_t<true, true>(e, q, r, V, bsum, bad, fe)
            : weights_t<false, true>(e, nullptr, r, V, bsum, bad, fe);
 }

@@ -76,8 +76,9 @@ struct Passes {
   // block_sums; *bad when some r is outside [0, 1]; returns the total
   uint64_t (*weights)(const float* p, const float* q, float* r, int64_t V,
                       uint64_t* block_sums, bool* bad);
-  // weights of the p a transformed row (e, cut, sd: RowP) holds, without storing p first
-  uint64_t (*row_weights)(const float* e, float cut, double sd, const float* q, float* r,
+  // weights of the p a transformed row (e, cut, sd, sparse: RowP) holds, without storing p
+  uint64_t (*row_weights)(const float* e, float cut, double sd, bool sparse, const float* q,
+                          float* r,
                           int64_t V, uint64_t* block_sums, bool* bad);
   // block verification (reference section 9): sum of trunc(d * 2^60), d = rho * p - max(q, 0)
   // where rho * p > q else 0, in float64 (q null: 0); per kDrawBlock into block_sums if given

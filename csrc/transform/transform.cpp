@@ -101,6 +101,7 @@ bool transform_row(const Mat& m, int64_t r, float inv_t, int64_t top_k, float to
   out.e = ebuf;
   out.cut = cut;
   out.sd = double(int64_t(S));
+  out.sparse = thr != -kInf || cut > 0.0f;
   return true;
 }
 

@@ -15,6 +15,7 @@ struct RowP {
   float* e = nullptr;
   float cut = 0.0f;
   double sd = 1.0;
+  bool sparse = true;  // tokens may be masked (top-k / top-p / min-p): passes skip zero vectors
   float operator()(int64_t i) const;
   // p over the whole row, in place over e (afterwards e holds p and cut / sd are neutral)
   void materialize(int64_t V);
