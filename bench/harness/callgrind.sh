@@ -3,6 +3,7 @@
 # suite's inputs:
 #   bash bench/harness/callgrind.sh [setting ...]          callgrind, 2 calls per setting
 #   SPECOPS_HARNESS_TIME=20 bash bench/harness/callgrind.sh  no valgrind: best of 20 calls
+#   (+ SPECOPS_HARNESS_FLUSH=512: 512 MB written before each call, so the inputs are cold)
 # (default settings: every one of bench/real.py).  Builds the torch-free C++ (csrc/, the
 # extension's flags + -g, no OpenMP: one thread) with bench/harness/verify_harness.cpp, dumps
 # each setting's inputs with `python -m bench.cpu_profile --dump`, and prints the exclusive

@@ -177,12 +177,21 @@ uint64_t exp_t(float* x, int64_t V, float m, float thr, ExpOptions* opt) {
   const F vcut = S::splat(OPT ? opt->cut : 0.0f), vlo = S::splat(OPT ? opt->cand_lo : 0.0f);
   float* cand = OPT && opt->n_cand >= 0 ? opt->cand : nullptr;
   int64_t nc = OPT ? opt->n_cand : 0;
+  // the prefetched row, spread evenly over this pass: pf_step bytes per step of G vectors
+  const char* pf = opt && V > 0 ? opt->prefetch : nullptr;
+  const char* const pf_end = pf ? pf + opt->prefetch_bytes : nullptr;
+  const int64_t pf_step = pf ? (opt->prefetch_bytes * G * S::W + V - 1) / V : 0;
   uint64_t total = 0;
   int64_t i = 0;
   while (i + G * S::W <= V) {
     const int64_t end = i + vec_span<S>(i, V, kLaneBlock) / (G * S::W) * (G * S::W);
     typename S::I hi = S::splat_i(0), lo = hi;
     for (; i < end; i += G * S::W) {
+      if (pf) {
+        for (int64_t b = 0; b < pf_step && pf + b < pf_end; b += 64) __builtin_prefetch(pf + b);
+        pf += pf_step;
+        if (pf >= pf_end) pf = nullptr;
+      }
       F d[G], e[G];
       M in[G];
       F dmax = ninf;  // the largest d of the group's kept lanes (-inf: none)
@@ -219,6 +228,7 @@ uint64_t exp_t(float* x, int64_t V, float m, float thr, ExpOptions* opt) {
     total += fold_mass<S>(hi, lo);
   }
   if (CAND) opt->n_cand = nc;
+  if (opt) opt->prefetch = nullptr;  // (the scalar tail does not prefetch)
   if constexpr (S::W > 1)
     total += exp_t<Scalar, SPARSE, TAIL, CUT, CAND>(x + i, V - i, m, thr, opt);
   return total;

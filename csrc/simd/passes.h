@@ -43,6 +43,11 @@ struct ExpOptions {
   float* cand = nullptr;
   int64_t cand_cap = 0;
   int64_t n_cand = 0;
+  // A row the caller will probably read next (prefetch_bytes of it): the pass requests one
+  // cache line of it per step, so that its transfer from memory overlaps this pass's
+  // arithmetic instead of stalling the next row's scan.
+  const char* prefetch = nullptr;
+  int64_t prefetch_bytes = 0;
 };
 
 struct Passes {

@@ -58,7 +58,8 @@ int64_t argmax_f32(const float* p, int64_t V) {
 }
 
 bool transform_row(const Mat& m, int64_t r, float inv_t, int64_t top_k, float top_p,
-                   float min_p, float* ebuf, Work& w, RowP& out) {
+                   float min_p, float* ebuf, Work& w, RowP& out, const char* prefetch,
+                   int64_t prefetch_bytes) {
   const int64_t V = m.cols;
   if (V <= 0 || !(inv_t > 0.0f)) return false;
   const Passes& ps = passes();
@@ -80,6 +81,8 @@ bool transform_row(const Mat& m, int64_t r, float inv_t, int64_t top_k, float to
     opt.cand = grow(w.cand, V);
     opt.cand_cap = V / kCandFraction;
   }
+  opt.prefetch = prefetch;
+  opt.prefetch_bytes = prefetch_bytes;
   uint64_t S = ps.exp_pass(ebuf, V, scan.mx, thr, true, &opt);
   // top-p, then min-p: one cut on e; S' = the mass kept
   float cut = 0.0f;

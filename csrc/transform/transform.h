@@ -23,8 +23,11 @@ struct RowP {
 
 // Transforms row r of m (non-greedy: inv_t > 0) into ebuf; false if the row is invalid
 // (or inv_t is not > 0, outside the canonical arguments).
+// `prefetch` (may be null): prefetch_bytes of a row the caller will probably read next; they
+// are prefetched during this row's exp pass (ExpOptions::prefetch).
 bool transform_row(const Mat& m, int64_t r, float inv_t, int64_t top_k, float top_p,
-                   float min_p, float* ebuf, Work& w, RowP& out);
+                   float min_p, float* ebuf, Work& w, RowP& out, const char* prefetch = nullptr,
+                   int64_t prefetch_bytes = 0);
 
 // Greedy rows: the lowest-index argmax of row r of logits, -1 if the row is invalid.
 int64_t greedy_argmax_row(const Mat& m, int64_t r, float* buf);

@@ -116,12 +116,29 @@ class Walk {
       } else if (a_.target_is_probs) {
         ok = probs_row_valid(pos.tprob, r_.V);
       } else {
+        const NextRow nx = next_row(pos);
         ok = transform_row(a_.target, row, r_.inv_t, r_.top_k, r_.top_p, r_.min_p,
-                           row_buf(w_.et, w_.block_t, pos.j), w_, pos.P);
+                           row_buf(w_.et, w_.block_t, pos.j), w_, pos.P, nx.ptr, nx.bytes);
       }
       pos.target = ok ? State::kValid : State::kInvalid;
     }
     return pos.target == State::kValid;
+  }
+
+  struct NextRow {
+    const char* ptr = nullptr;
+    int64_t bytes = 0;
+  };
+  // What row j's exp pass prefetches: target row j + 1, which the walk reads if y_j is
+  // accepted (block mode: always).  (Prefetching the draft row instead, read in full on a
+  // rejection, measured no gain: the drawn row's pass streams it while it computes.)
+  NextRow next_row(const Position& pos) const {
+    NextRow nx;
+    if (!r_.forced && pos.j < r_.block.kb && r_.target_row_ok(pos.j + 1)) {
+      nx.ptr = row_ptr(a_.target, r_.t0 + pos.j + 1);
+      nx.bytes = r_.V * (a_.target.dtype == kF32 ? 4 : 2);
+    }
+    return nx;
   }
 
   // p_j as an array (after target_p succeeded, non-greedy)
