@@ -81,8 +81,10 @@ bool transform_row(const Mat& m, int64_t r, float inv_t, int64_t top_k, float to
     opt.cand = grow(w.cand, V);
     opt.cand_cap = V / kCandFraction;
   }
-  opt.prefetch = prefetch;
-  opt.prefetch_bytes = prefetch_bytes;
+  if (thr == -kInf) {  // (a top-k row's exp pass skips most groups: too short to hide a row)
+    opt.prefetch = prefetch;
+    opt.prefetch_bytes = prefetch_bytes;
+  }
   uint64_t S = ps.exp_pass(ebuf, V, scan.mx, thr, true, &opt);
   // top-p, then min-p: one cut on e; S' = the mass kept
   float cut = 0.0f;
