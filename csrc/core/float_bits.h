@@ -36,12 +36,13 @@ inline int64_t f2i64(float v) {
 }
 
 // The transform's probability p = float32(float64(e) * sc / sd) (sc = 2^40: the product is
-// exact), reference section 2.  c = sc / sd lets the SIMD levels multiply where they can prove
-// the float32 result equal (simd/vec_avx2.h, quot_needs_division); every level gives the bits
-// of the division.
+// exact), reference section 2.  Since sc is a power of two, float64(e) / (sd / sc) is the same
+// correctly rounded quotient (sd / sc is exact: 1 <= sd / sc <= 2^22), one multiply fewer;
+// c = sc / sd lets the AVX-512 level multiply where it can prove the float32 result equal
+// (simd/vec_avx512.h).  Every level gives the bits of the division.
 struct DivScale {
-  double sc, sd, c;
-  DivScale(double sc_, double sd_) : sc(sc_), sd(sd_), c(sc_ / sd_) {}
+  double sc, sd, c, sd_sc;
+  DivScale(double sc_, double sd_) : sc(sc_), sd(sd_), c(sc_ / sd_), sd_sc(sd_ / sc_) {}
 };
 
 // Integer mass of an e value in [0, 1] (exact).

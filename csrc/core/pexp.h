@@ -33,11 +33,12 @@ inline typename S::F pexp_v(typename S::F d) {
   using F = typename S::F;
   const auto ok = ge(d, S::splat(EXP_CUTOFF));  // false for NaN and for d < -86
   const F dd = keep(ok, d);
-  const F n = round_even(dd * S::splat(EXP_LOG2E));
+  typename S::I ni;
+  const F n = round_even(dd * S::splat(EXP_LOG2E), ni);
   const F r = (dd - n * S::splat(EXP_LN2_HI)) - n * S::splat(EXP_LN2_LO);
   F s = S::splat(EXP_COEFFS[0]);
   for (int c = 1; c < 8; ++c) s = s * r + S::splat(EXP_COEFFS[c]);
-  return keep(ok, mul_pow2(s, n));
+  return keep(ok, mul_pow2(s, n, ni));
 }
 
 // pexp_v of N independent vectors, step by step across them: the same operations per lane
@@ -50,14 +51,15 @@ inline void pexp_n(const typename S::F* d, typename S::F* out) {
   const F cut = S::splat(EXP_CUTOFF);
   Mk ok[N];
   F dd[N], n[N], r[N], s[N];
+  typename S::I ni[N];
   for (int k = 0; k < N; ++k) ok[k] = ge(d[k], cut);
   for (int k = 0; k < N; ++k) dd[k] = keep(ok[k], d[k]);
-  for (int k = 0; k < N; ++k) n[k] = round_even(dd[k] * S::splat(EXP_LOG2E));
+  for (int k = 0; k < N; ++k) n[k] = round_even(dd[k] * S::splat(EXP_LOG2E), ni[k]);
   for (int k = 0; k < N; ++k) r[k] = (dd[k] - n[k] * S::splat(EXP_LN2_HI)) - n[k] * S::splat(EXP_LN2_LO);
   for (int k = 0; k < N; ++k) s[k] = S::splat(EXP_COEFFS[0]);
   for (int c = 1; c < 8; ++c)
     for (int k = 0; k < N; ++k) s[k] = s[k] * r[k] + S::splat(EXP_COEFFS[c]);
-  for (int k = 0; k < N; ++k) out[k] = keep(ok[k], mul_pow2(s[k], n[k]));
+  for (int k = 0; k < N; ++k) out[k] = keep(ok[k], mul_pow2(s[k], n[k], ni[k]));
 }
 
 }  // namespace specops

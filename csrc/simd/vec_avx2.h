@@ -25,11 +25,9 @@ inline M unord(F a, F b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_UNORD_Q)}; }
 // flush(float32(float64(e) * sc / sd)): the float64 division (AVX2 runs it beside the row's
 // other float work; the reciprocal of vec_avx512.h costs more uops than it saves here)
 inline F div_flush(F e, const DivScale& s) {
-  const __m256d vsc = _mm256_set1_pd(s.sc), vsd = _mm256_set1_pd(s.sd);
-  const __m256d lo =
-      _mm256_div_pd(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(e.v)), vsc), vsd);
-  const __m256d hi =
-      _mm256_div_pd(_mm256_mul_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(e.v, 1)), vsc), vsd);
+  const __m256d vd = _mm256_set1_pd(s.sd_sc);  // e * sc / sd == e / (sd / sc), see DivScale
+  const __m256d lo = _mm256_div_pd(_mm256_cvtps_pd(_mm256_castps256_ps128(e.v)), vd);
+  const __m256d hi = _mm256_div_pd(_mm256_cvtps_pd(_mm256_extractf128_ps(e.v, 1)), vd);
   const __m256 p = _mm256_set_m128(_mm256_cvtpd_ps(hi), _mm256_cvtpd_ps(lo));
   return {_mm256_and_ps(_mm256_cmp_ps(p, _mm256_set1_ps(FLT_MIN_F32), _CMP_GE_OQ), p)};
 }

@@ -55,10 +55,11 @@ inline I as_int(F x) { return {_mm512_castps_si512(x.v)}; }
 inline F as_float(I x) { return {_mm512_castsi512_ps(x.v)}; }
 // pexp's exact steps (vec_scalar.h) in one instruction each: round to nearest even, and
 // s * 2^floor(n) (exact: n is an integer and the result normal where pexp keeps it).
-inline F round_even(F y) {
+// (ni is not set: mul_pow2 does not use it)
+inline F round_even(F y, I&) {
   return {_mm512_roundscale_ps(y.v, _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC)};
 }
-inline F mul_pow2(F s, F n) { return {_mm512_scalef_ps(s.v, n.v)}; }
+inline F mul_pow2(F s, F n, I) { return {_mm512_scalef_ps(s.v, n.v)}; }
 inline void store(float* p, F x) { _mm512_storeu_ps(p, x.v); }
 inline void store(int32_t* p, I x) { _mm512_storeu_si512(p, x.v); }
 
@@ -92,9 +93,9 @@ inline F div_flush(F e, const DivScale& s) {
   const __m512d vc = _mm512_set1_pd(s.c);
   __m512d lo = _mm512_mul_pd(el, vc), hi = _mm512_mul_pd(eh, vc);
   if (quot_unsafe(lo) | quot_unsafe(hi)) {
-    const __m512d vsc = _mm512_set1_pd(s.sc), vsd = _mm512_set1_pd(s.sd);
-    lo = _mm512_div_pd(_mm512_mul_pd(el, vsc), vsd);
-    hi = _mm512_div_pd(_mm512_mul_pd(eh, vsc), vsd);
+    const __m512d vd = _mm512_set1_pd(s.sd_sc);
+    lo = _mm512_div_pd(el, vd);
+    hi = _mm512_div_pd(eh, vd);
   }
   const __m512 p = _mm512_insertf32x8(_mm512_castps256_ps512(_mm512_cvtpd_ps(lo)),
                                       _mm512_cvtpd_ps(hi), 1);

@@ -69,11 +69,16 @@ inline F as_float(I x) {
 }
 
 // pexp's exact steps (core/pexp.h): y rounded to the nearest integer, ties to even
-// (|y| < 2^22: adding and subtracting 1.5 * 2^23 rounds it), and s * 2^n for an integer-valued
-// n >= -126 (2^n built from its exponent bits).
-inline F round_even(F y) { return {(y.v + 12582912.0f) - 12582912.0f}; }
-inline F mul_pow2(F s, F n) {
-  const uint32_t bits = uint32_t(int32_t(n.v) + 127) << 23;
+// (|y| < 2^22: adding and subtracting 1.5 * 2^23 rounds it; the levels that can also return
+// it as an integer in ni), and s * 2^n for an integer-valued n >= -126 (2^n built from its
+// exponent bits; ni is n as an integer where round_even gave it).
+inline F round_even(F y, I& ni) {
+  const float n = (y.v + 12582912.0f) - 12582912.0f;
+  ni.v = int32_t(n);
+  return {n};
+}
+inline F mul_pow2(F s, F n, I ni) {
+  const uint32_t bits = uint32_t(ni.v + 127) << 23;
   float scale;
   std::memcpy(&scale, &bits, 4);
   return {s.v * scale};

@@ -22,9 +22,9 @@ inline M ne_u(F a, F b) { return {_mm_cmpneq_ps(a.v, b.v)}; }
 inline M unord(F a, F b) { return {_mm_cmpunord_ps(a.v, b.v)}; }
 
 inline F div_flush(F e, const DivScale& s) {
-  const __m128d vsc = _mm_set1_pd(s.sc), vsd = _mm_set1_pd(s.sd);
-  const __m128d lo = _mm_div_pd(_mm_mul_pd(_mm_cvtps_pd(e.v), vsc), vsd);
-  const __m128d hi = _mm_div_pd(_mm_mul_pd(_mm_cvtps_pd(_mm_movehl_ps(e.v, e.v)), vsc), vsd);
+  const __m128d vd = _mm_set1_pd(s.sd_sc);  // e * sc / sd == e / (sd / sc), see DivScale
+  const __m128d lo = _mm_div_pd(_mm_cvtps_pd(e.v), vd);
+  const __m128d hi = _mm_div_pd(_mm_cvtps_pd(_mm_movehl_ps(e.v, e.v)), vd);
   const __m128 p = _mm_movelh_ps(_mm_cvtpd_ps(lo), _mm_cvtpd_ps(hi));
   return {_mm_and_ps(_mm_cmpge_ps(p, _mm_set1_ps(FLT_MIN_F32)), p)};
 }

@@ -35,13 +35,14 @@
   inline M eq(I a, I b) { return {P##_castsi##SI##_ps(P##_cmpeq_epi32(a.v, b.v))}; }         \
   inline I as_int(F x) { return {P##_castps_si##SI(x.v)}; }                                    \
   inline F as_float(I x) { return {P##_castsi##SI##_ps(x.v)}; }                              \
-  inline F round_even(F y) {                                                                 \
-    const F rnd = {P##_set1_ps(12582912.0f)};                                                \
-    return (y + rnd) - rnd;                                                                  \
+  /* round to nearest even through the integer conversion (|y| < 2^31; the default MXCSR   \
+     rounding, as the 1.5 * 2^23 trick of vec_scalar.h assumes too), n and ni from it */     \
+  inline F round_even(F y, I& ni) {                                                          \
+    ni.v = P##_cvtps_epi32(y.v);                                                             \
+    return {P##_cvtepi32_ps(ni.v)};                                                          \
   }                                                                                          \
-  inline F mul_pow2(F s, F n) {                                                              \
-    return s * as_float({P##_slli_epi32(P##_add_epi32(P##_cvttps_epi32(n.v),                \
-                                                      P##_set1_epi32(127)), 23)});           \
+  inline F mul_pow2(F s, F, I ni) {                                                          \
+    return s * as_float({P##_slli_epi32(P##_add_epi32(ni.v, P##_set1_epi32(127)), 23)});     \
   }                                                                                          \
   inline void store(float* p, F x) { P##_storeu_ps(p, x.v); }                                \
   inline void store(int32_t* p, I x) { P##_storeu_si##SI(reinterpret_cast<IV*>(p), x.v); }
