@@ -14,13 +14,7 @@ namespace avx2 {
 
 SPECOPS_X86_VEC_OPS(_mm256, 256, __m256i)
 
-inline M ge(F a, F b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_GE_OQ)}; }
-inline M gt(F a, F b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_GT_OQ)}; }
-inline M lt(F a, F b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_LT_OQ)}; }
-inline M le(F a, F b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_LE_OQ)}; }
-inline M eq_f(F a, F b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_EQ_OQ)}; }
-inline M ne_u(F a, F b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_NEQ_UQ)}; }
-inline M unord(F a, F b) { return {_mm256_cmp_ps(a.v, b.v, _CMP_UNORD_Q)}; }
+SPECOPS_X86_CMP_OPS(_mm256_cmp_ps)
 
 // flush(float32(float64(e) * sc / sd)): the float64 division (AVX2 runs it beside the row's
 // other float work; the reciprocal of vec_avx512.h costs more uops than it saves here)

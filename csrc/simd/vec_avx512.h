@@ -7,6 +7,7 @@
 #include <cstdint>
 
 #include "core/float_bits.h"
+#include "simd/vec_x86.h"
 
 namespace specops {
 namespace simd {
@@ -27,13 +28,7 @@ inline F operator+(F a, F b) { return {_mm512_add_ps(a.v, b.v)}; }
 inline F operator-(F a, F b) { return {_mm512_sub_ps(a.v, b.v)}; }
 inline F operator*(F a, F b) { return {_mm512_mul_ps(a.v, b.v)}; }
 inline F max(F a, F b) { return {_mm512_max_ps(a.v, b.v)}; }
-inline M ge(F a, F b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_GE_OQ)}; }
-inline M gt(F a, F b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_GT_OQ)}; }
-inline M lt(F a, F b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_LT_OQ)}; }
-inline M le(F a, F b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_LE_OQ)}; }
-inline M eq_f(F a, F b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_EQ_OQ)}; }
-inline M ne_u(F a, F b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_NEQ_UQ)}; }
-inline M unord(F a, F b) { return {_mm512_cmp_ps_mask(a.v, b.v, _CMP_UNORD_Q)}; }
+SPECOPS_X86_CMP_OPS(_mm512_cmp_ps_mask)
 inline M operator&(M a, M b) { return {__mmask16(a.v & b.v)}; }
 inline M operator|(M a, M b) { return {__mmask16(a.v | b.v)}; }
 inline M mnot(M a) { return {__mmask16(~a.v)}; }
@@ -111,15 +106,7 @@ inline int compress(float* dst, F x, M m) {
 
 }  // namespace avx512
 
-struct Avx512 {
-  static constexpr int W = 16;
-  using F = avx512::F;
-  using I = avx512::I;
-  using M = avx512::M;
-  static F load(const float* p) { return {_mm512_loadu_ps(p)}; }
-  static F splat(float x) { return {_mm512_set1_ps(x)}; }
-  static I splat_i(int32_t x) { return {_mm512_set1_epi32(x)}; }
-};
+SPECOPS_X86_VEC_TAG(Avx512, avx512, _mm512, 16)
 
 }  // namespace
 }  // namespace simd

@@ -47,6 +47,17 @@
   inline void store(float* p, F x) { P##_storeu_ps(p, x.v); }                                \
   inline void store(int32_t* p, I x) { P##_storeu_si##SI(reinterpret_cast<IV*>(p), x.v); }
 
+// The float compares of the levels whose compare takes a predicate: AVX2 (_mm256_cmp_ps, a
+// float mask) and AVX-512 (_mm512_cmp_ps_mask, a k mask); ordered except ne_u and unord.
+#define SPECOPS_X86_CMP_OPS(CMP)                                            \
+  inline M ge(F a, F b) { return {CMP(a.v, b.v, _CMP_GE_OQ)}; }             \
+  inline M gt(F a, F b) { return {CMP(a.v, b.v, _CMP_GT_OQ)}; }             \
+  inline M lt(F a, F b) { return {CMP(a.v, b.v, _CMP_LT_OQ)}; }             \
+  inline M le(F a, F b) { return {CMP(a.v, b.v, _CMP_LE_OQ)}; }             \
+  inline M eq_f(F a, F b) { return {CMP(a.v, b.v, _CMP_EQ_OQ)}; }           \
+  inline M ne_u(F a, F b) { return {CMP(a.v, b.v, _CMP_NEQ_UQ)}; }          \
+  inline M unord(F a, F b) { return {CMP(a.v, b.v, _CMP_UNORD_Q)}; }
+
 // The tag type the passes are templated on (see struct Scalar in vec_scalar.h).
 #define SPECOPS_X86_VEC_TAG(NAME, NS, P, LANES)                          \
   struct NAME {                                                          \
