@@ -1,16 +1,14 @@
 """The reference oracle: Philox vectors, the transform's definition, and the exact law."""
 from __future__ import annotations
 
-import os
-
 import numpy as np
 import pytest
 
 from specops import reference as R
+from tests._kat import kat_vectors
 
-KAT = os.path.join(os.path.dirname(__file__), "..", "..", "shared", "philox_kat.txt")
-# Random123's published Philox4x32-10 vectors (also in shared/philox_kat.txt), kept here so
-# the test does not depend on the checkout's neighbours.
+# Random123's published Philox4x32-10 vectors, written out once more here: the data file
+# (tests/data/philox_kat.txt, which the C++ test reads too) must agree with them.
 KAT_VECTORS = [
     ([0, 0, 0, 0, 0, 0], [0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8]),
     ([0xFFFFFFFF] * 6, [0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD]),
@@ -25,11 +23,7 @@ def test_philox_known_answers():
 
 
 def test_philox_kat_file_matches_embedded_vectors():
-    if not os.path.exists(KAT):
-        pytest.skip("shared/philox_kat.txt not beside the checkout")
-    rows = [[int(x, 16) for x in line.split()] for line in open(KAT)
-            if line.strip() and not line.startswith("#")]
-    assert [(r[:6], r[6:]) for r in rows] == KAT_VECTORS
+    assert [(r[:6], r[6:]) for r in kat_vectors()] == KAT_VECTORS
 
 
 def test_philox_vectorised_equals_scalar():
