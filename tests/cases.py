@@ -5,6 +5,7 @@ One parametrisation for every backend's tests (CPU, Triton, reference): import `
 """
 from __future__ import annotations
 
+import functools
 import itertools
 
 import torch
@@ -109,3 +110,27 @@ def case_ids():
     out += [(kind, V, K, dt) for kind in ("full", "mixed", "greedy", "draft_logits")
             for V in (7, 1000) for K in (1, 4) for dt in ("bf16", "fp16")]
     return out
+
+
+# ----------------------------------------------------------------------------- memoised
+# The oracle's answer for a shared case is computed once per pytest process and read by every
+# backend's test (OpInfo-style): the cases and the outputs are read-only by convention (the
+# backends never write their inputs; a test that needs to change a case copies it first).
+@functools.lru_cache(maxsize=None)
+def _shared_case(kind, V, K, B, dt, seed):
+    return make_case(kind, V, K, B=B, dtype=DTYPES[dt], seed=seed)
+
+
+def shared_case(kind: str, V: int, K: int, B: int = 4, dt: str = "fp32", seed: int = 0) -> dict:
+    """``make_case``'s keyword arguments, built once per process (a new dict each call, the
+    same tensors: do not modify them in place)."""
+    return dict(_shared_case(kind, V, K, B, dt, seed))
+
+
+@functools.lru_cache(maxsize=None)
+def reference_output(kind: str, V: int, K: int, B: int = 4, dt: str = "fp32", seed: int = 0,
+                     method: str = "token", rates: bool = False):
+    """``specops.verify_block`` on the reference backend for the shared case, once."""
+    import specops
+    return specops.verify_block(**shared_case(kind, V, K, B, dt, seed), method=method,
+                                return_accept_rates=rates, backend="reference")

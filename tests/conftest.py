@@ -1,6 +1,11 @@
+import json
 import os
+import random
 import sys
+import zlib
 
+import numpy as np
+import pytest
 import torch
 
 # Triton kernels run on the CPU through Triton's interpreter when there is no GPU; the
@@ -10,12 +15,46 @@ if not torch.cuda.is_available():
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-ROWS_COMPARED: dict = {}
+from tests._rows import ROWS_COMPARED  # noqa: E402
+
+# Under pytest-xdist each worker is one process on one core: the C++ path's OpenMP pool and
+# torch's intra-op pool would otherwise start a thread per core in every worker and the
+# workers would oversubscribe the machine (scripts/dev.sh also sets OMP_NUM_THREADS=1).
+if os.environ.get("PYTEST_XDIST_WORKER"):
+    torch.set_num_threads(1)
 
 
-def count_rows(key: str, n: int) -> None:
-    ROWS_COMPARED[key] = ROWS_COMPARED.get(key, 0) + int(n)
+# ----------------------------------------------------------------------------- seeding
+@pytest.fixture(autouse=True)
+def _seed_global_generators(request):
+    """Every test starts from generators seeded by its own node id (crc32: stable across
+    processes and runs), so a test that draws from torch's / numpy's / Python's global
+    generator is reproducible on its own, in any order and on any xdist worker."""
+    seed = zlib.crc32(request.node.nodeid.encode())
+    torch.manual_seed(seed)
+    np.random.seed(seed)
+    random.seed(seed)
 
+
+# ----------------------------------------------------------------------------- ISA levels
+try:
+    from specops import _C as _NATIVE
+    ISAS = list(_NATIVE.available_isas())
+except ImportError:                     # the tests that need it skip, saying why
+    _NATIVE, ISAS = None, []
+
+
+@pytest.fixture(params=ISAS or ["none"])
+def isa(request):
+    """Runs the test at each ISA level of the C++ passes this CPU and build have (scalar,
+    SSE2 / AVX2 / AVX-512 on x86; the build's levels are checked against the CPU's flags by
+    tests/test_cpu_native.py::test_build_has_every_level_this_cpu_runs), then restores the
+    default."""
+    _C = pytest.importorskip("specops._C", reason="specops._C (the C++ CPU backend) is not built")
+    before = _C.isa()
+    _C.set_isa(request.param)
+    yield request.param
+    _C.set_isa(before)
 
 
 # ----------------------------------------------------------------------------- skip allow-list
@@ -37,6 +76,10 @@ def _allowed_patterns(path):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    workeroutput = getattr(session.config, "workeroutput", None)
+    if workeroutput is not None:           # an xdist worker: hand its counts to the controller
+        workeroutput["specops_rows"] = json.dumps(ROWS_COMPARED)
+        return
     path = os.environ.get("SPECOPS_SKIP_ALLOWLIST")
     if not path or not _SKIPPED:
         return
@@ -46,6 +89,14 @@ def pytest_sessionfinish(session, exitstatus):
     if bad:
         session.config._specops_bad_skips = bad
         session.exitstatus = 1
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_testnodedown(node, error):
+    """xdist controller: add a finished worker's row counts to the run's summary."""
+    rows = getattr(node, "workeroutput", {}).get("specops_rows")
+    for k, v in json.loads(rows or "{}").items():
+        ROWS_COMPARED[k] = ROWS_COMPARED.get(k, 0) + v
 
 
 def pytest_terminal_summary(terminalreporter):

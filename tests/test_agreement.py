@@ -12,19 +12,25 @@ import pytest
 import torch
 
 import specops
-from tests.cases import DTYPES, case_ids, make_case
-from tests.conftest import count_rows
+from tests.cases import DTYPES, KINDS, case_ids, make_case, reference_output, shared_case
+from tests._rows import count_rows
 
 NATIVE = [b for b in ("cpu", "triton") if b in specops.available_backends()]
 # The Triton interpreter runs every lane in numpy: keep its share of the cases small.
 TRITON_MAX_V = 1000
+# Triton's fast-tier share: every kind at (V=7, K=4) and (V=1000, K=1), V=1, and one case of
+# each low-precision dtype; the other Triton cases and V=32000 run in the full tier.
+TRITON_FAST = {(kind, V, K, "fp32") for kind in KINDS for V, K in ((7, 4), (1000, 1))} | {
+    ("full", 1, 1, "fp32"), ("full", 7, 4, "bf16"), ("mixed", 1000, 1, "fp16")}
 
 
 def _cases_for(backend):
     for kind, V, K, dt in case_ids():
         if backend == "triton" and (V > TRITON_MAX_V or K > 4):
             continue
-        yield pytest.param(backend, kind, V, K, dt, id=f"{backend}-{kind}-V{V}-K{K}-{dt}")
+        full = V > 1000 or (backend == "triton" and (kind, V, K, dt) not in TRITON_FAST)
+        yield pytest.param(backend, kind, V, K, dt, id=f"{backend}-{kind}-V{V}-K{K}-{dt}",
+                           marks=[pytest.mark.full] if full else [])
 
 
 PARAMS = [p for b in NATIVE for p in _cases_for(b)]
@@ -33,8 +39,8 @@ PARAMS = [p for b in NATIVE for p in _cases_for(b)]
 @pytest.mark.skipif(not NATIVE, reason="no native backend built (specops._C / triton)")
 @pytest.mark.parametrize("backend,kind,V,K,dt", PARAMS)
 def test_verify_equals_reference(backend, kind, V, K, dt):
-    kw = make_case(kind, V, K, B=4, dtype=DTYPES[dt])
-    want = specops.verify_block(**kw, backend="reference")
+    kw = shared_case(kind, V, K, B=4, dt=dt)
+    want = reference_output(kind, V, K, B=4, dt=dt)
     got = specops.verify_block(**kw, backend=backend)
     assert torch.equal(got.token_ids, want.token_ids)
     assert torch.equal(got.num_accepted, want.num_accepted)
@@ -45,12 +51,11 @@ def test_verify_equals_reference(backend, kind, V, K, dt):
 
 
 @pytest.mark.skipif(not NATIVE, reason="no native backend built (specops._C / triton)")
-@pytest.mark.parametrize("backend", NATIVE)
-@pytest.mark.parametrize("dt", list(DTYPES))
-@pytest.mark.parametrize("V", [1, 2, 7, 1000, 32000])
+@pytest.mark.parametrize("backend,dt,V", [
+    pytest.param(b, dt, V, marks=[pytest.mark.full] if V > 1000 else [])
+    for b in NATIVE for dt in DTYPES for V in (1, 2, 7, 1000, 32000)
+    if not (b == "triton" and V > TRITON_MAX_V)])
 def test_probabilities_bit_identical(backend, dt, V):
-    if backend == "triton" and V > TRITON_MAX_V:
-        pytest.skip("interpreter: small V only")
     g = torch.Generator().manual_seed(V)
     rows = 12
     x = (torch.randn(rows, V, generator=g) * 4).to(DTYPES[dt])

@@ -24,7 +24,7 @@ from specops import reference as R  # noqa: E402
 from specops.backends import cpu  # noqa: E402
 from specops.backends import reference as ref  # noqa: E402
 from tests._kat import kat_vectors  # noqa: E402
-from tests.conftest import count_rows  # noqa: E402
+from tests._rows import count_rows  # noqa: E402
 
 ROWS = {}
 ISAS = _C.available_isas()
@@ -38,15 +38,6 @@ def count(key, n):
 def seed_of(*parts) -> int:
     """A fixed seed from test parameters (zlib.crc32 of their repr: no per-process hash)."""
     return zlib.crc32(repr(parts).encode())
-
-
-@pytest.fixture(params=ISAS)
-def isa(request):
-    """Runs the test at one ISA level of the native passes, then restores the default."""
-    before = _C.isa()
-    _C.set_isa(request.param)
-    yield request.param
-    _C.set_isa(before)
 
 
 @pytest.fixture(scope="module", autouse=True)

@@ -13,7 +13,7 @@ import specops
 from specops import reference as R
 from tests import dist_worker
 from tests.cases import KINDS, make_case
-from tests.test_statistics import ALPHA, P_ROWS, Q_ROWS, draft_ids, law_pvalues
+from tests._stats import ALPHA, P_ROWS, Q_ROWS, draft_ids, law_pvalues
 
 WORLDS = (2, 3)
 BACKENDS = [b for b in ("reference", "cpu", "triton") if b in specops.available_backends()

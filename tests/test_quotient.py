@@ -18,8 +18,7 @@ _C = pytest.importorskip(
     reason="specops._C (the C++ CPU backend) is not built: run `pip install -e .` "
            "(SPECOPS_BUILD_CPP=0 skips it)")
 
-from tests.conftest import count_rows  # noqa: E402
-from tests.test_cpu_native import isa  # noqa: E402,F401  (every ISA level of the passes)
+from tests._rows import count_rows  # noqa: E402
 
 F32, F64 = np.float32, np.float64
 FLT_MIN = F64(np.finfo(F32).tiny)

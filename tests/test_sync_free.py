@@ -10,16 +10,14 @@ the backends' guards (reference section 8) stand in for the host checks.
 """
 from __future__ import annotations
 
-import contextlib
 import math
-import os
-import sys
 
 import pytest
 import torch
 
 import specops
 from specops import reference as R
+from tests._sync import no_host_reads, triton_path
 
 BACKENDS = [b for b in ("reference", "cpu", "triton") if b in specops.available_backends()]
 # the Triton backend twice: its one-program-per-request kernel and the vocabulary-split
@@ -27,50 +25,11 @@ BACKENDS = [b for b in ("reference", "cpu", "triton") if b in specops.available_
 PATHS = [(b, None) for b in BACKENDS if b != "triton"]
 if "triton" in BACKENDS:
     PATHS += [("triton", "fused"), ("triton", "split")]
-_ROOTS = (os.path.dirname(os.path.abspath(specops.__file__)),      # specops/ (+ installed kernels)
-          os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                       "triton_kernels"))                          # the kernels in a checkout
-_READS = ("__bool__", "__int__", "__index__", "__float__", "item", "tolist", "numpy", "cpu",
-          "nonzero")
+# the vocabulary-split pipeline's share runs in the full tier (each of its programs is a
+# separate interpreter call)
+PATHS_TIERED = [pytest.param(*p, marks=pytest.mark.full) if p[1] == "split" else p
+                for p in PATHS]
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
-
-
-@contextlib.contextmanager
-def no_host_reads():
-    """Fail any tensor value read whose caller is specops code (torch and Triton's
-    interpreter may read what they like: on a GPU the interpreter is not there)."""
-    saved = {name: getattr(torch.Tensor, name) for name in _READS}
-    seen = []
-
-    def guard(name, orig):
-        def wrapper(self, *args, **kwargs):
-            caller = sys._getframe(1).f_code.co_filename
-            if caller.startswith(_ROOTS):
-                seen.append(f"{name} from {caller}:{sys._getframe(1).f_lineno}")
-            return orig(self, *args, **kwargs)
-        return wrapper
-
-    for name, orig in saved.items():
-        setattr(torch.Tensor, name, guard(name, orig))
-    try:
-        yield seen
-    finally:
-        for name, orig in saved.items():
-            setattr(torch.Tensor, name, orig)
-
-
-@contextlib.contextmanager
-def triton_path(path):
-    old = os.environ.get("SPECOPS_TRITON_PIPELINE")
-    if path is not None:
-        os.environ["SPECOPS_TRITON_PIPELINE"] = path
-    try:
-        yield
-    finally:
-        if old is None:
-            os.environ.pop("SPECOPS_TRITON_PIPELINE", None)
-        else:
-            os.environ["SPECOPS_TRITON_PIPELINE"] = old
 
 
 def _inputs(seed, B=4, K=3, V=37, flat=False, tensors=True):
@@ -104,7 +63,7 @@ def _same(a, b):
     assert torch.equal(a.valid, b.valid)
 
 
-@pytest.mark.parametrize("backend,path", [p for p in PATHS if p[0] != "reference"])
+@pytest.mark.parametrize("backend,path", [p for p in PATHS_TIERED if p[0] != "reference"])
 @pytest.mark.parametrize("flat", [False, True], ids=["padded", "flattened"])
 def test_validate_false_reads_nothing_on_the_host(backend, path, flat):
     """(The reference backend is numpy on the host by design: it is the oracle.)"""
@@ -181,29 +140,41 @@ def _with_bad_request(kw, bad, b=1):
     return kw
 
 
-@pytest.mark.parametrize("backend,path", PATHS)
-@pytest.mark.parametrize("case", list(MALFORMED))
-def test_a_malformed_request_emits_nothing(backend, path, case):
+def _requests(kw, idx):
+    """kw's batch restricted to (or repeating) the requests ``idx``."""
+    B = kw["draft_token_ids"].shape[0]
+    return {k: (v[idx] if isinstance(v, torch.Tensor) and v.dim() >= 1 and v.shape[0] == B
+                else v) for k, v in kw.items()}
+
+
+@pytest.mark.parametrize("backend,path", PATHS_TIERED)
+def test_a_malformed_request_emits_nothing(backend, path):
+    """The malformed-request table in one batch (one launch per call): a clean 4-request
+    batch followed by one copy of its request 1 per malformed case, each carrying its case.
+    Every malformed request emits nothing, the clean ones equal the clean batch's; the host
+    checks refuse each case where they run; the unfused composition equals the fused walk."""
     kw = _inputs(4, tensors=False)
     kw["num_draft_tokens"] = torch.tensor([3, 3, 2, 3])
-    bad = _with_bad_request(kw, MALFORMED[case])
+    cases = list(MALFORMED)
+    bad = _requests(kw, torch.tensor([0, 1, 2, 3] + [1] * len(cases)))
+    for m, case in enumerate(cases):
+        bad = _with_bad_request(bad, MALFORMED[case], b=4 + m)
+        with pytest.raises(ValueError):                    # checked on the host where free
+            specops.verify_block(**_with_bad_request(kw, MALFORMED[case]), backend=backend)
     with triton_path(path):
         want = specops.verify_block(**kw, backend=backend)
         got = specops.verify_block(**bad, validate=False, backend=backend)
-    assert got.token_ids[1].tolist() == [-1] * 4
-    assert int(got.num_accepted[1]) == 0 and not bool(got.valid[1])
-    keep = torch.tensor([0, 2, 3])
-    assert torch.equal(got.token_ids[keep], want.token_ids[keep])
-    assert torch.equal(got.num_accepted[keep], want.num_accepted[keep])
-    assert torch.equal(got.valid[keep], want.valid[keep])
-    # the host checks still run where they are free
-    with pytest.raises(ValueError):
-        specops.verify_block(**bad, backend=backend)
-    # and the unfused composition agrees with the fused walk
-    _same(got, specops.verify_block_unfused(**bad, validate=False, backend=backend))
+        unfused = specops.verify_block_unfused(**bad, validate=False, backend=backend)
+    for m, case in enumerate(cases):
+        assert got.token_ids[4 + m].tolist() == [-1] * 4, case
+        assert int(got.num_accepted[4 + m]) == 0 and not bool(got.valid[4 + m]), case
+    assert torch.equal(got.token_ids[:4], want.token_ids)
+    assert torch.equal(got.num_accepted[:4], want.num_accepted)
+    assert torch.equal(got.valid[:4], want.valid)
+    _same(got, unfused)
 
 
-@pytest.mark.parametrize("backend,path", PATHS)
+@pytest.mark.parametrize("backend,path", PATHS_TIERED)
 def test_target_probs_with_a_transform_is_malformed(backend, path):
     g = torch.Generator().manual_seed(5)
     p = torch.softmax(torch.randn((3, 3, 11), generator=g), -1)
@@ -218,7 +189,7 @@ def test_target_probs_with_a_transform_is_malformed(backend, path):
 
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_sampling_probs_guards_a_row(backend):
-    x = torch.randn(3, 9)
+    x = torch.randn(3, 9, generator=torch.Generator().manual_seed(9))
     p, ok = specops.sampling_probs(x, top_p=torch.tensor([0.9, 0.0, 1.0]), validate=False,
                                    backend=backend)
     assert ok.tolist() == [True, False, True]
@@ -256,16 +227,20 @@ def test_block_and_rates_read_nothing_on_the_host(backend, flat):
 
 
 @pytest.mark.parametrize("backend", BACKENDS)
-@pytest.mark.parametrize("case", ["temperature nan", "top_p>1", "id>=V", "num_draft>K"])
-def test_block_malformed_request_emits_nothing(backend, case):
+def test_block_malformed_request_emits_nothing(backend):
+    """method="block" with rates: the malformed cases in one batch, as above."""
     kw = _inputs(4, tensors=False)
     kw["num_draft_tokens"] = torch.tensor([3, 3, 2, 3])
-    bad = _with_bad_request(kw, MALFORMED[case])
+    cases = ["temperature nan", "top_p>1", "id>=V", "num_draft>K"]
+    bad = _requests(kw, torch.tensor([0, 1, 2, 3] + [1] * len(cases)))
+    for m, case in enumerate(cases):
+        bad = _with_bad_request(bad, MALFORMED[case], b=4 + m)
     want = specops.verify_block(**kw, method="block", backend=backend)
     got = specops.verify_block(**bad, validate=False, method="block", return_accept_rates=True,
                                backend=backend)
-    assert got.token_ids[1].tolist() == [-1] * 4 and got.accept_rates[1].isnan().all()
-    assert int(got.num_accepted[1]) == 0 and not bool(got.valid[1])
-    keep = torch.tensor([0, 2, 3])
-    assert torch.equal(got.token_ids[keep], want.token_ids[keep])
-    assert torch.equal(got.valid[keep], want.valid[keep])
+    for m, case in enumerate(cases):
+        b = 4 + m
+        assert got.token_ids[b].tolist() == [-1] * 4 and got.accept_rates[b].isnan().all(), case
+        assert int(got.num_accepted[b]) == 0 and not bool(got.valid[b]), case
+    assert torch.equal(got.token_ids[:4], want.token_ids)
+    assert torch.equal(got.valid[:4], want.valid)

@@ -234,7 +234,7 @@ def test_dyadic_rows():
 
 def test_no_host_reads():
     """The launcher reads no tensor value on the host (output shapes from max_depth)."""
-    from tests.test_sync_free import no_host_reads
+    from tests._sync import no_host_reads
     kw = _dev(make_tree_case("logits_rsd", 7, 5, B=3, seed=12))
     with no_host_reads() as seen:
         TB.verify_tree(**kw)

@@ -1,202 +1,45 @@
 """Triton backend == numpy reference, token for token (bitwise on probabilities).
 
-Runs on CPU through the Triton interpreter (``TRITON_INTERPRET=1``, set here before triton is
-imported) and, on a machine with CUDA and the interpreter off, on the GPU.  Kept small and
-fast: V in {1, 7, 8193 (last-tile guard), 1000}, a handful of rows.  Canonical backend
-arguments (see ``specops.backends``) are built directly by the helpers below.
+Runs on CPU through the Triton interpreter (``TRITON_INTERPRET=1``) and, on a machine with
+CUDA and the interpreter off, on the GPU (the CUDA subset bench/gpu_check.sh runs).  Kept
+small: V in {1, 7, 37, 8193 (last-tile guard), 1000}, a handful of rows.  Canonical backend
+arguments (see ``specops.backends``) are built by ``tests/_triton.py``.
+
+Both Triton pipelines are checked: the one-program-per-request kernel (``fused``) and the
+vocabulary-split pipeline (``split``, forced with 16-lane chunks so that every row spans
+several chunks, the last one partial).  The fast tier runs the fused path on every check and
+the split path on a few; the full tier runs every check on both.
 """
 from __future__ import annotations
 
 import inspect
 import os
 
+import numpy as np
+import pytest
 import torch
 
-# Without CUDA the kernels can only run in Triton's interpreter, which must be switched on
-# before triton is first imported.  With CUDA (and TRITON_INTERPRET unset or 0) the compiled
-# kernels are tested on the GPU: that is the CUDA subset bench/gpu_check.sh runs.
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import numpy as np  # noqa: E402
-import pytest  # noqa: E402
-
-triton = pytest.importorskip("triton")
-import triton.language as tl  # noqa: E402
+from tests._triton import (  # noqa: E402  (skips this module without Triton)
+    C, DEV, DTYPES, R, RB, TB, check_forced, check_verify, check_walk_and_forced, count_rows,
+    dev_args, eq_all, gen, greedy_args, logit_rows, make_block, params, pipeline, ref_forced,
+    run_rows, run_verify, to_cpu, to_dev, views_args)
 
 import specops  # noqa: E402
-from specops import reference as R  # noqa: E402
-from specops.backends import reference as RB  # noqa: E402
+import triton  # noqa: E402
+import triton.language as tl  # noqa: E402
 
-try:
-    from specops.backends import triton as TB  # noqa: E402
-except ImportError as exc:  # pragma: no cover
-    pytest.skip(f"specops Triton backend unavailable: {exc}", allow_module_level=True)
-
-from importlib import import_module  # noqa: E402
-
-from tests.conftest import count_rows  # noqa: E402
-
-KC = TB._K  # the kernels package (specops.triton_kernels)
-C = import_module(KC.__name__ + "._common")
-_V = import_module(KC.__name__ + ".verify")
-INTERPRET = KC.INTERPRETED      # decided when the kernels were decorated
-if not INTERPRET and not torch.cuda.is_available():
-    pytest.skip("Triton tests need CUDA or TRITON_INTERPRET=1 (set before triton is imported)",
-                allow_module_level=True)
-
-DEV = torch.device("cpu" if INTERPRET else "cuda")
 # NaN / inf rows make numpy warn inside the interpreter; the results are checked exactly
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}
+
+FULL = pytest.mark.full
+# the checks that run on both pipelines: fused in the fast tier, split in the full tier
+PIPELINES = ["fused", pytest.param("split", marks=FULL)]
 
 
-# ----------------------------------------------------------------------------- helpers
-def _gen(seed):
-    return torch.Generator().manual_seed(seed)
-
-
-def _logits(g, n, V, spread=3.0, ties=True):
-    x = torch.randn((n, V), generator=g) * spread
-    if ties:   # coarse rounding: exact ties at top-k / top-p thresholds and argmax
-        x = torch.where(torch.rand((n, V), generator=g) < 0.4, (x * 2).round() / 2, x)
-    if V > 4:
-        x = torch.where(torch.rand((n, V), generator=g) < 0.05, torch.full_like(x, -np.inf), x)
-    return x
-
-
-def _params(n, temp=1.0, top_k=0, top_p=1.0, min_p=0.0):
-    def full(v, dt):
-        if isinstance(v, (list, tuple)):
-            return torch.tensor(list(v), dtype=dt)
-        return torch.full((n,), v, dtype=dt)
-    t = full(temp, torch.float32)
-    inv = torch.from_numpy(R.inv_temperature(t.numpy()))
-    return inv, full(top_k, torch.int64), full(top_p, torch.float32), full(min_p, torch.float32)
-
-
-def _to(*ts):
-    return [None if t is None else (t.to(DEV) if isinstance(t, torch.Tensor) else t) for t in ts]
-
-
-def _cpu(x):
-    return [t.cpu() for t in x] if isinstance(x, (tuple, list)) else x.cpu()
-
-
-def _eq_all(a, b):
-    for x, y in zip(_cpu(a), _cpu(b)):
-        assert x.dtype == y.dtype and x.shape == y.shape, (x, y)
-        assert torch.equal(x, y), (x, y)
-
-
-def _probs_rows(g, n, V, temp=1.0, top_p=1.0):
-    inv, k, tp, mp = _params(n, temp, 0, top_p)
-    p, ok = R.sampling_probs_ref(_logits(g, n, V).numpy(), inv.numpy(), k.numpy(), tp.numpy(),
-                                 mp.numpy())
-    return torch.from_numpy(p)
-
-
-def make_block(seed, B, K, V, *, kind="full", dtype=torch.float32, nd=None, temp=0.8,
-               top_k=0, top_p=1.0, min_p=0.0, flat=False, pad=()):
-    """Canonical verify arguments. kind: full (draft probs), point, draft_logits, probs
-    (target probabilities + draft probs), probs_point.  nd: per-request draft counts (ragged);
-    flat: vLLM layout (rows compacted); pad: (b, j) positions set to -1."""
-    g = _gen(seed)
-    nd = torch.full((B,), K, dtype=torch.int64) if nd is None else torch.tensor(nd)
-    if flat:
-        trs = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(nd + 1, 0)[:-1]])
-        drs = torch.cat([torch.zeros(1, dtype=torch.int64), torch.cumsum(nd, 0)[:-1]])
-        N, T = int((nd + 1).sum()), int(nd.sum())
-    else:
-        trs = torch.arange(B, dtype=torch.int64) * (K + 1)
-        drs = torch.arange(B, dtype=torch.int64) * K
-        N, T = B * (K + 1), B * K
-    tl_ = _logits(g, N, V)
-    dl = torch.cat([tl_[int(trs[b]):int(trs[b]) + int(nd[b])] for b in range(B)] +
-                   [torch.zeros((0, V))]) if not flat else None
-    if flat:
-        dl = torch.cat([tl_[int(trs[b]):int(trs[b]) + int(nd[b])] for b in range(B)]
-                       + [torch.zeros((0, V))])
-    else:
-        dl = torch.zeros((T, V))
-        for b in range(B):
-            dl[int(drs[b]):int(drs[b]) + int(nd[b])] = tl_[int(trs[b]):int(trs[b]) + int(nd[b])]
-    dl = dl + 0.8 * torch.randn(dl.shape, generator=g)
-    inv, k, tp, mp = _params(B, temp, top_k, top_p, min_p)
-    q = torch.softmax(dl, -1) if T else torch.zeros((0, V))
-    ids = (torch.multinomial(q.double(), 1, generator=g).reshape(-1) if T
-           else torch.zeros(0, dtype=torch.int64))
-    # make some drafts the target's argmax (so greedy requests accept sometimes)
-    for b in range(B):
-        for j in range(int(nd[b])):
-            if torch.rand((), generator=g) < 0.4:
-                ids[int(drs[b]) + j] = int(tl_[int(trs[b]) + j].argmax())
-    for (b, j) in pad:
-        ids[int(drs[b]) + j] = -1
-    seed_t = torch.randint(-(2 ** 62), 2 ** 62, (B,), generator=g)
-    off_t = torch.randint(0, 2 ** 40, (B,), generator=g)
-    target, t_probs, draft, d_probs = tl_.to(dtype), False, q, True
-    if kind == "point":
-        draft = None
-    elif kind == "draft_logits":
-        draft, d_probs = dl.to(dtype), False
-    elif kind in ("probs", "probs_point"):
-        row_tp = np.ones(N, np.float32)
-        for b in range(B):
-            row_tp[int(trs[b]):int(trs[b]) + int(nd[b]) + 1] = tp[b]
-        p, _ = R.sampling_probs_ref(tl_.numpy(), np.full(N, 0.8, np.float32),
-                                    np.zeros(N, np.int64), row_tp, np.zeros(N, np.float32))
-        target, t_probs = torch.from_numpy(p), True
-        draft = None if kind == "probs_point" else q
-    return dict(target=target, target_is_probs=t_probs, target_row_start=trs, draft_ids=ids,
-                draft_row_start=drs, num_draft=nd, draft=draft, draft_is_probs=d_probs,
-                inv_temp=inv, top_k=k, top_p=tp, min_p=mp, seed=seed_t, offset=off_t,
-                max_k=K)
-
-
-def run_verify(mod, a):
-    a = dict(a)
-    if mod is TB:
-        a = {k: (v.to(DEV) if isinstance(v, torch.Tensor) else v) for k, v in a.items()}
-    return mod.verify(**a)
-
-
-def check_verify(a):
-    ref = run_verify(RB, a)
-    got = run_verify(TB, a)
-    _eq_all(got, ref)
-    count_rows("triton verify requests (test_triton)", ref[0].shape[0])
-    return ref
-
-
-# ----------------------------------------------------------------------------- forced mode
-
-
-def ref_forced(a, forced):
-    """The reference's forced mode (specops.reference, section 7)."""
-    return RB.verify(**a, forced_num_accepted=forced)
-
-
-def check_forced(a, forced):
-    """Triton's forced mode == the reference's; forcing verify's own num_accepted gives
-    verify's output back."""
-    forced = torch.as_tensor(forced, dtype=torch.int64)
-    ref = ref_forced(a, forced)
-    got = TB.verify(**_dev(a), forced_num_accepted=forced.to(DEV))
-    _eq_all(got, ref)
-    count_rows("triton forced-mode requests (test_triton)", ref[0].shape[0])
-    return ref
-
-
-def check_walk_and_forced(a, extra_forced=()):
-    """verify == reference; forced mode at verify's num_accepted == verify; forced mode at
-    0, max_k, each extra vector == reference."""
-    ref = check_verify(a)
-    _eq_all(TB.verify(**_dev(a), forced_num_accepted=ref[1].to(DEV)), ref)
-    B, K = len(a["num_draft"]), a["max_k"]
-    for forced in [torch.zeros(B, dtype=torch.int64), torch.full((B,), K)] + list(extra_forced):
-        check_forced(a, forced)
-    return ref
+@pytest.fixture(params=PIPELINES)
+def path(request):
+    with pipeline(request.param) as name:
+        yield name
 
 
 # ----------------------------------------------------------------------------- primitives
@@ -254,7 +97,7 @@ def _prim_kernel(d_ptr, pe_ptr, key_ptr, back_ptr, seed_ptr, off_ptr, pos_ptr, w
 
 def test_primitives_pexp_keys_philox_mulhi():
     n = 1024
-    g = _gen(1)
+    g = gen(1)
     d = torch.cat([-torch.rand(n - 24, generator=g) * 100,
                    torch.tensor([0.0, -0.0, -86.0, -86.00001, -85.99999, -1e-30, -np.inf,
                                  np.inf, 1.0, 3.5, -3.5, 1e30, -1e30, 2.0 ** -149,
@@ -270,9 +113,9 @@ def test_primitives_pexp_keys_philox_mulhi():
                         (torch.float32, torch.int64, torch.float32, torch.float64))
     w = torch.empty(2 * n, dtype=torch.int64)
     t = torch.empty(n, dtype=torch.int64)
-    args = _to(d, pe, key, back, seed, off, pos, w, u, S, t)
+    args = to_dev(d, pe, key, back, seed, off, pos, w, u, S, t)
     _prim_kernel[(1,)](*args, BLOCK=n)
-    pe, key, back, w, u, t = _cpu([args[1], args[2], args[3], args[7], args[8], args[10]])
+    pe, key, back, w, u, t = to_cpu([args[1], args[2], args[3], args[7], args[8], args[10]])
     dn = d.numpy()
     ref_pe = R.pexp(np.minimum(dn, np.float32(0)))
     assert np.array_equal(pe.numpy().view(np.int32), ref_pe.view(np.int32))
@@ -303,8 +146,8 @@ SETTINGS = {
 
 def check_probs(logits, inv, k, tp, mp):
     ref = RB.sampling_probs(logits, inv, k, tp, mp)
-    got = TB.sampling_probs(*_to(logits, inv, k, tp, mp))
-    p, v = _cpu(got)
+    got = TB.sampling_probs(*to_dev(logits, inv, k, tp, mp))
+    p, v = to_cpu(got)
     assert p.dtype == torch.float32 and p.is_contiguous()
     assert torch.equal(v, ref[1])
     assert torch.equal(p.view(torch.int32), ref[0].view(torch.int32))   # bitwise
@@ -312,31 +155,32 @@ def check_probs(logits, inv, k, tp, mp):
     return ref
 
 
-@pytest.mark.parametrize("dtype", list(DTYPES))
+@pytest.mark.parametrize("dtype", ["fp32", pytest.param("bf16", marks=FULL),
+                                   pytest.param("fp16", marks=FULL)])
 @pytest.mark.parametrize("setting", list(SETTINGS))
 def test_sampling_probs_bitwise(dtype, setting):
     V, n = 1000, 3
-    g = _gen(100 * list(DTYPES).index(dtype) + list(SETTINGS).index(setting))
-    logits = _logits(g, n, V).to(DTYPES[dtype])
-    check_probs(logits, *_params(n, **SETTINGS[setting]))
+    g = gen(100 * list(DTYPES).index(dtype) + list(SETTINGS).index(setting))
+    logits = logit_rows(g, n, V).to(DTYPES[dtype])
+    check_probs(logits, *params(n, **SETTINGS[setting]))
 
 
 @pytest.mark.parametrize("V", [1, 2, 7])
 def test_sampling_probs_tiny_vocab(V):
-    g = _gen(V)
+    g = gen(V)
     n = 6
-    logits = _logits(g, n, V)
-    check_probs(logits, *_params(n, temp=[0.0, 1.0, 0.5, 0.9, 2.0, 1.0],
+    logits = logit_rows(g, n, V)
+    check_probs(logits, *params(n, temp=[0.0, 1.0, 0.5, 0.9, 2.0, 1.0],
                                  top_k=[0, 0, 1, 3, 2, 0], top_p=[1, 1, 0.5, 0.3, 1, 0.99],
                                  min_p=[0, 0, 0, 0.3, 0.5, 0]))
 
 
 def test_sampling_probs_mixed_rows_and_ties():
     V, n = 1000, 8
-    g = _gen(5)
+    g = gen(5)
     logits = torch.randint(-4, 5, (n, V), generator=g).float()   # massive ties
     logits[3] = 0.0                                                # one value everywhere
-    check_probs(logits, *_params(n, temp=[0.0, 1.0, 0.8, 0.8, 1.1, 0.5, 1.0, 3.0],
+    check_probs(logits, *params(n, temp=[0.0, 1.0, 0.8, 0.8, 1.1, 0.5, 1.0, 3.0],
                                  top_k=[0, 10, 0, 7, 100, 1, 999, 1000],
                                  top_p=[1, 1, 0.3, 0.5, 0.9, 1.0, 0.999, 0.01],
                                  min_p=[0, 0, 0, 0, 0.2, 0, 0.5, 0.9]))
@@ -344,7 +188,7 @@ def test_sampling_probs_mixed_rows_and_ties():
 
 def test_sampling_probs_invalid_rows():
     V = 7
-    logits = torch.randn(8, V)
+    logits = torch.randn(8, V, generator=gen(8))
     logits[0, 3] = np.nan
     logits[1, 0] = np.inf
     logits[2] = -np.inf
@@ -353,7 +197,7 @@ def test_sampling_probs_invalid_rows():
     logits[5] = -np.inf                                 # greedy all -inf
     logits[6, :3] = -np.inf                             # valid with -inf entries
     logits[7, 1] = -3e38                                # -inf after scaling: still valid
-    ref = check_probs(logits, *_params(8, temp=[1.0, 1.0, 1.0, 0.1, 0.0, 0.0, 0.7, 0.1],
+    ref = check_probs(logits, *params(8, temp=[1.0, 1.0, 1.0, 0.1, 0.0, 0.0, 0.7, 0.1],
                                        top_k=[0, 0, 0, 0, 0, 0, 2, 3],
                                        top_p=[1, 1, 1, 1, 1, 1, 0.9, 0.5]))
     assert ref[1].tolist() == [False] * 6 + [True, True]
@@ -361,12 +205,12 @@ def test_sampling_probs_invalid_rows():
 
 def test_sampling_probs_large_vocab_last_tile():
     V = 8193                       # last tile holds one real lane
-    g = _gen(7)
-    logits = _logits(g, 4, V)
+    g = gen(7)
+    logits = logit_rows(g, 4, V)
     logits[0, -1] = 40.0           # the winner sits in the last tile
     logits[2] = -np.inf
     logits[2, -1] = 0.0            # the only finite entry is the last lane
-    check_probs(logits, *_params(4, temp=[0.0, 0.9, 1.0, 0.8], top_k=[0, 20, 0, 0],
+    check_probs(logits, *params(4, temp=[0.0, 0.9, 1.0, 0.8], top_k=[0, 20, 0, 0],
                                  top_p=[1.0, 0.9, 0.5, 1.0], min_p=[0, 0, 0, 0.1]))
 
 
@@ -390,8 +234,8 @@ VERIFY_CASES = {
 }
 
 
-@pytest.mark.parametrize("case", list(VERIFY_CASES))
-@pytest.mark.parametrize("V", [7, 1000])
+@pytest.mark.parametrize("case,V", [(c, 7) for c in VERIFY_CASES] + [
+    (c, 1000) if c == "mixed" else pytest.param(c, 1000, marks=FULL) for c in VERIFY_CASES])
 def test_verify_matches_reference(case, V):
     spec = dict(VERIFY_CASES[case])
     B = 5
@@ -401,35 +245,36 @@ def test_verify_matches_reference(case, V):
 
 
 @pytest.mark.parametrize("dtype", ["bf16", "fp16"])
-def test_verify_low_precision_logits(dtype):
+def test_verify_low_precision_logits(dtype, path):
     a = make_block(3, 4, 3, 1000, kind="draft_logits", dtype=DTYPES[dtype],
                    temp=[0.0, 0.8, 1.0, 1.2], top_k=[0, 0, 20, 0], top_p=[1, 0.9, 1, 1],
                    min_p=[0, 0, 0, 0.05])
-    check_verify(a)
+    with pipeline(path, chunk=256):                 # split: V = 1000 in 4 chunks
+        check_verify(a)
 
 
-def test_verify_vocab_one():
+def test_verify_vocab_one(path):
     for kind in ("full", "point", "draft_logits", "probs"):
         a = make_block(1, 3, 2, 1, kind=kind, temp=[0.0, 1.0, 0.5], nd=[2, 0, 1])
         ref = check_verify(a)
         assert ((ref[0] == 0) | (ref[0] == -1)).all()
 
 
-def test_verify_padding_and_zero_drafts():
+def test_verify_padding_and_zero_drafts(path):
     a = make_block(9, 4, 4, 7, kind="full", temp=[1.0, 0.0, 0.8, 1.0], nd=[0, 4, 4, 2],
                    pad=[(1, 0), (2, 2)])
     ref = check_verify(a)
     assert ref[1][0] == 0 and ref[1][1] == 0 and ref[1][2] <= 2
 
 
-def test_verify_max_k_zero_bonus_only():
+def test_verify_max_k_zero_bonus_only(path):
     for kind in ("full", "point", "draft_logits", "probs"):
         for flat in (False, True):
             ref = check_verify(make_block(6, 3, 0, 7, kind=kind, temp=[0.0, 1.0, 0.7], flat=flat))
             assert ref[0].shape == (3, 1) and (ref[1] == 0).all()
 
 
-def test_verify_out_of_range_ids_end_block():
+def test_verify_out_of_range_ids_end_block(path):
     a = make_block(10, 3, 3, 7, kind="point", temp=1.0)
     a["draft_ids"] = a["draft_ids"].clone()
     a["draft_ids"][1] = 7            # >= V: end of block for request 0 at j = 1
@@ -437,7 +282,7 @@ def test_verify_out_of_range_ids_end_block():
     check_verify(a)
 
 
-def test_verify_invalid_rows():
+def test_verify_invalid_rows(path):
     V = 7
     for kind in ("full", "point", "draft_logits"):
         a = make_block(11, 5, 3, V, kind=kind, temp=[1.0, 0.0, 1.0, 0.8, 1.0])
@@ -485,6 +330,7 @@ def test_verify_probs_invalid_rows():
     check_verify(a)
 
 
+@FULL
 def test_verify_many_seeds_small_vocab():
     # many independent requests: every acceptance / residual branch is exercised
     a = make_block(13, 24, 3, 7, kind="full", temp=1.0)
@@ -493,6 +339,7 @@ def test_verify_many_seeds_small_vocab():
     check_verify(a)
 
 
+@FULL
 def test_verify_batch_invariance():
     a = make_block(15, 5, 3, 1000, **VERIFY_CASES["mixed"])
     full = run_verify(TB, a)
@@ -503,7 +350,7 @@ def test_verify_batch_invariance():
         one["target_row_start"] = a["target_row_start"][b:b + 1]
         one["draft_row_start"] = a["draft_row_start"][b:b + 1]
         alone = run_verify(TB, one)
-        for x, y in zip(_cpu(alone), _cpu(full)):
+        for x, y in zip(to_cpu(alone), to_cpu(full)):
             assert torch.equal(x[0], y[b])
         # and the request placed alone in its own tensors
         K = a["max_k"]
@@ -513,7 +360,7 @@ def test_verify_batch_invariance():
         solo["draft_ids"] = a["draft_ids"][b * K:(b + 1) * K].clone()
         solo["target_row_start"] = torch.zeros(1, dtype=torch.int64)
         solo["draft_row_start"] = torch.zeros(1, dtype=torch.int64)
-        for x, y in zip(_cpu(run_verify(TB, solo)), _cpu(full)):
+        for x, y in zip(to_cpu(run_verify(TB, solo)), to_cpu(full)):
             assert torch.equal(x[0], y[b])
 
 
@@ -530,29 +377,34 @@ def test_verify_last_tile_lanes_never_win():
     assert ((ref[0] >= -1) & (ref[0] < V)).all()
 
 
+# ----------------------------------------------------------------------------- split pipeline
+# A few split cases run in the fast tier: full draft probabilities under every filter, and
+# target probabilities in the flattened layout; each row spans three chunks, the last partial.
+SPLIT_FAST = ("mixed", "ragged_flat_probs")
+
+
+@pytest.mark.parametrize("case", [c if c in SPLIT_FAST else pytest.param(c, marks=FULL)
+                                  for c in VERIFY_CASES])
+def test_split_matches_reference(case):
+    with pipeline("split"):
+        check_verify(make_block(137, 5, 2, 37, **VERIFY_CASES[case]))   # V = 37: 3 chunks
+
+
+def test_split_really_runs():
+    """Negative control: the override reaches the launcher (a bad value is refused)."""
+    with pipeline("nonsense"):
+        with pytest.raises(ValueError, match="SPECOPS_TRITON_PIPELINE"):
+            check_verify(make_block(3, 2, 2, 37, kind="full", temp=1.0))
+
+
 # ----------------------------------------------------------------------------- probability views
-def _dev(a):
-    return {k: (v.to(DEV) if isinstance(v, torch.Tensor) else v) for k, v in a.items()}
-
-
-def _views_args(seed, B, K, V, has_q, greedy, nd=None, pad=()):
-    """Canonical verify arguments of the accept / residual-sample views: target and draft
-    probabilities, inv_temp 0 for greedy requests and 1 otherwise, no filters."""
-    a = make_block(seed, B, K, V, kind="probs" if has_q else "probs_point", nd=nd, pad=pad)
-    a["inv_temp"] = torch.tensor([0.0 if g else 1.0 for g in greedy], dtype=torch.float32)
-    a["top_k"] = torch.zeros(B, dtype=torch.int64)
-    a["top_p"] = torch.ones(B, dtype=torch.float32)
-    a["min_p"] = torch.zeros(B, dtype=torch.float32)
-    return a
-
-
 @pytest.mark.parametrize("has_q", [True, False])
-@pytest.mark.parametrize("V", [1, 7, 1000])
+@pytest.mark.parametrize("V", [1, 7, pytest.param(1000, marks=FULL)])
 def test_probability_views_match_reference(has_q, V):
     """The accept view (verify's num_accepted) and the residual-sample view (forced mode)
     on probabilities, greedy and sampled requests, ragged blocks, NaN and massless rows."""
     B, K = 8, 3
-    a = _views_args(20 + V, B, K, V, has_q, greedy=[False, True] * 4,
+    a = views_args(20 + V, B, K, V, has_q, greedy=[False, True] * 4,
                     nd=[3, 0, 2, 3, 1, 3, 3, 2], pad=[(5, 1)])
     if V > 1:
         t = a["target"].clone()
@@ -569,7 +421,9 @@ def test_probability_views_match_reference(has_q, V):
         assert np.array_equal(ref[1].numpy(), old)
 
 
-def test_forced_mode_last_tile_and_fallback():
+def test_forced_mode_last_tile_and_fallback(path):
+    """V = 8193 (split: in chunks of 2048): the winner and the residual's only mass sit in the
+    last tile / chunk, which holds one lane."""
     V, B = 8193, 3
     p = torch.zeros((B * 2, V))
     p[:, V - 1] = 0.75
@@ -585,13 +439,16 @@ def test_forced_mode_last_tile_and_fallback():
              top_p=torch.ones(B), min_p=torch.zeros(B), seed=torch.tensor([1, -2, 3]),
              offset=torch.tensor([0, 5, 2 ** 33]), max_k=1)
     for forced in (torch.zeros(B, dtype=torch.int64), torch.ones(B, dtype=torch.int64)):
-        tok, nacc, valid = check_forced(a, forced)
+        with pipeline(path, chunk=2048):
+            tok, nacc, valid = check_forced(a, forced)
         got = tok[torch.arange(B), nacc.long()]
         assert valid.all() and ((got >= 0) & (got < V)).all()
 
 
-@pytest.mark.parametrize("kind", ["full", "point", "draft_logits", "probs", "probs_point"])
-def test_forced_mode_every_kind(kind):
+@pytest.mark.parametrize("kind", ["full", pytest.param("point", marks=FULL),
+                                  pytest.param("draft_logits", marks=FULL), "probs",
+                                  pytest.param("probs_point", marks=FULL)])
+def test_forced_mode_every_kind(kind, path):
     """Forced mode on logits and probabilities, greedy and sampled, ragged and padded
     blocks, forced values below, at and above each block length, negative ones."""
     a = make_block(30, 6, 3, 7, kind=kind, temp=[1.0, 0.0, 0.8, 1.0, 0.0, 1.3],
@@ -600,7 +457,7 @@ def test_forced_mode_every_kind(kind):
                               torch.tensor([2, -5, 1, 0, 1, 3], dtype=torch.int32)])
 
 
-def test_per_request_scalars_expanded():
+def test_per_request_scalars_expanded(path):
     """[B] parameters given as expanded scalars (stride 0) == the same values materialised."""
     a = make_block(31, 4, 2, 7, kind="full", temp=0.9, top_k=3)
     ref = check_verify(a)
@@ -608,36 +465,15 @@ def test_per_request_scalars_expanded():
     for k in ("inv_temp", "top_k", "top_p", "min_p", "seed", "offset"):
         e[k] = a[k][:1].expand(4) if k not in ("seed", "offset") else a[k]
     e["num_draft"] = a["num_draft"][:1].expand(4)
-    _eq_all(run_verify(TB, e), ref)
-    _eq_all(TB.verify(**_dev(e), forced_num_accepted=torch.ones((), dtype=torch.int64)
+    eq_all(run_verify(TB, e), ref)
+    eq_all(TB.verify(**dev_args(e), forced_num_accepted=torch.ones((), dtype=torch.int64)
                       .expand(4).to(DEV)), ref_forced(a, torch.ones(4, dtype=torch.int64)))
 
 
 # ----------------------------------------------------------------------------- bounds
-def _greedy_args(B, K, V, seed=40):
-    """Greedy requests whose drafts are the target's argmax (accepted while rows exist)."""
-    a = make_block(seed, B, K, V, kind="point", temp=0.0)
-    t = a["target"]
-    ids = a["draft_ids"].clone()
-    for b in range(B):
-        for j in range(K):
-            ids[int(a["draft_row_start"][b]) + j] = int(t[int(a["target_row_start"][b]) + j]
-                                                      .argmax())
-    a["draft_ids"] = ids
-    return a
-
-
-def _run_rows(a, forced=None):
-    """Triton's output, checked equal to the reference's (which bounds rows: section 7)."""
-    kw = {} if forced is None else {"forced_num_accepted": torch.as_tensor(forced)}
-    got = [x.cpu() for x in TB.verify(**_dev(dict(a, **kw)))]
-    _eq_all(got, RB.verify(**a, **kw))
-    return got
-
-
-def test_target_rows_outside_the_tensor_invalidate_the_request():
+def test_target_rows_outside_the_tensor_invalidate_the_request(path):
     B, K, V = 4, 3, 7
-    a = _greedy_args(B, K, V)
+    a = greedy_args(B, K, V)
     N = a["target"].shape[0]
     ref = check_verify(a)
     assert (ref[1] == K).all()                    # every draft accepted while rows exist
@@ -645,7 +481,7 @@ def test_target_rows_outside_the_tensor_invalidate_the_request():
     ids[2, :2] = a["target"][N - 2:].argmax(-1)    # request 2 reads rows N-2, N-1, N
     bad = dict(a, target_row_start=torch.tensor([N, -1, N - 2, 3 * (K + 1)]),
                draft_ids=ids.reshape(-1))
-    tok, nacc, valid = _run_rows(bad)
+    tok, nacc, valid = run_rows(bad)
     assert tok[0].tolist() == [-1] * 4 and tok[1].tolist() == [-1] * 4
     assert tok[2].tolist() == ids[2, :2].tolist() + [-1, -1]       # accepted, then row N
     assert nacc.tolist()[:3] == [0, 0, 2] and valid.tolist() == [False, False, False, True]
@@ -654,27 +490,27 @@ def test_target_rows_outside_the_tensor_invalidate_the_request():
     for kind in ("full", "probs"):
         s = make_block(41, B, K, V, kind=kind, temp=1.0)
         s["target_row_start"] = torch.tensor([N, -(2 ** 40), 0, 2 ** 40])
-        tok, nacc, valid = _run_rows(s)
+        tok, nacc, valid = run_rows(s)
         ref = check_verify(dict(s, target_row_start=torch.tensor([0, 0, 0, 0])))
         assert not valid[[0, 1, 3]].any() and (nacc[[0, 1, 3]] == 0).all()
         assert (tok[[0, 1, 3]] == -1).all()
         assert torch.equal(tok[2], ref[0][2]) and valid[2] == ref[2][2]
     # forced mode: the sampled row j* = 1 is row N -> invalid, its accepted prefix kept
     f = dict(a, target_row_start=torch.tensor([0, N - 1, N - 1, 0]))
-    tok, nacc, valid = _run_rows(f, [1, 1, 0, -1])
+    tok, nacc, valid = run_rows(f, [1, 1, 0, -1])
     assert valid.tolist() == [True, False, True, False] and nacc.tolist() == [1, 1, 0, 0]
     assert tok[1].tolist() == [int(ids[1, 0]), -1, -1, -1] and tok[3].tolist() == [-1] * 4
 
 
-def test_draft_rows_outside_the_tensor_invalidate_the_request():
+def test_draft_rows_outside_the_tensor_invalidate_the_request(path):
     B, K, V = 4, 3, 7
-    a = _greedy_args(B, K, V)
+    a = greedy_args(B, K, V)
     T = a["draft_ids"].numel()
     # request 0: draft ids T-1 .. T+1: the block is cut after one draft by the tensor's end
     # request 1: negative start; request 2: no drafts (nothing read); request 3: normal
     bad = dict(a, draft_row_start=torch.tensor([T - 1, -2, -2, 3]),
                num_draft=torch.tensor([3, 2, 0, 3]))
-    tok, nacc, valid = _run_rows(bad)
+    tok, nacc, valid = run_rows(bad)
     y = int(a["draft_ids"][T - 1])
     t1 = a["target"][int(a["target_row_start"][0]) + 0]
     if y == int(t1.argmax()):                    # accepted, then row T does not exist
@@ -687,11 +523,11 @@ def test_draft_rows_outside_the_tensor_invalidate_the_request():
     s = make_block(42, B, K, V, kind="full", temp=1.0)
     ref = check_verify(s)
     short = dict(s, draft=s["draft"][:K * (B - 1) + 1])
-    tok, nacc, valid = _run_rows(short)
+    tok, nacc, valid = run_rows(short)
     assert torch.equal(tok[:B - 1], ref[0][:B - 1]) and torch.equal(nacc[:B - 1], ref[1][:B - 1])
     assert nacc[B - 1] <= 1 and (valid[B - 1] == bool(nacc[B - 1] == 0))
     # forced mode past the cut: j* = kb = 1 is the missing row -> invalid
-    tok, nacc, valid = _run_rows(short, [0, 0, 0, 3])
+    tok, nacc, valid = run_rows(short, [0, 0, 0, 3])
     assert nacc[B - 1] == 1 and not valid[B - 1]
 
 
@@ -728,7 +564,7 @@ def test_upcast_every_bit_pattern(dtype):
     bits = torch.arange(-(2 ** 15), 2 ** 15, dtype=torch.int32).to(torch.int16)
     x = bits.view(DTYPES[dtype])
     out = torch.empty(x.shape, dtype=torch.float32)
-    x, out = _to(x, out)
+    x, out = to_dev(x, out)
     _upcast_kernel[(16,)](x, out, BLOCK=4096)
     want = x.cpu().float()
     same = (want.view(torch.int32) == out.cpu().view(torch.int32)) | (want.isnan()
@@ -736,6 +572,7 @@ def test_upcast_every_bit_pattern(dtype):
     assert bool(same.all())
 
 
+@FULL
 def test_import_without_triton_raises_helpful_import_error():
     import subprocess
     import sys

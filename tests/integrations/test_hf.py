@@ -125,10 +125,10 @@ def test_drop_in_first_token_law():
     new_logits = torch.randn(1, 3, 6, generator=g)
     q0 = torch.softmax(cand_logits[0, 0], -1)
     p0 = torch.softmax(new_logits[0, 0], -1).double().numpy()
-    torch.manual_seed(0)
+    draws = torch.Generator().manual_seed(0)
     counts = np.zeros(6)
     for _ in range(3000):
-        d = torch.multinomial(q0, 1).item()
+        d = torch.multinomial(q0, 1, generator=draws).item()
         ids = torch.tensor([[7, d, 0]])
         tokens, _ = hf.speculative_sampling(ids, cand_logits, 2, new_logits)
         counts[tokens[0, 0].item()] += 1

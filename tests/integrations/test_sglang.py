@@ -22,6 +22,11 @@ scipy_stats = pytest.importorskip("scipy.stats")
 ALPHA = 1e-6
 
 
+def _uniform(*shape):
+    """Caller uniforms for the drop-in's signature, from a fixed seed."""
+    return torch.rand(*shape, generator=torch.Generator().manual_seed(sum(shape)))
+
+
 def _backends():
     out = ["reference"]
     if registry.is_available("cpu") and hasattr(registry.load("cpu"), "verify_tree"):
@@ -183,7 +188,7 @@ def test_sgl_signature_forms():
     """The newest sgl-kernel (no draft_probs) positionally, the oldest (no final-sampling
     uniforms) by keyword, and leaving untouched what sgl-kernel leaves untouched."""
     candidates, ri, nt, ns, target = sgl_documented_case()
-    u, uf = torch.rand(2, 6), torch.rand(2)
+    u, uf = _uniform(2, 6), _uniform(2)
     p1, a1, n1 = outputs(2, 6, 5, fill=77)
     S.tree_speculative_sampling_target_only(p1, a1, n1, candidates, ri, nt, ns, u, uf, target,
                                             1.0, 1.0, True, backend="reference")
@@ -227,7 +232,7 @@ def test_greedy_like_branches():
         accept_num = torch.zeros(1, dtype=torch.int32)
         S.tree_speculative_sampling_target_only(
             predicts, accept_index, accept_num, candidates, ri, torch.tensor([nt]),
-            torch.tensor([ns]), torch.rand(1, 4), torch.rand(1), target, backend="reference")
+            torch.tensor([ns]), _uniform(1, 4), _uniform(1), target, backend="reference")
         want = [-5] * 20
         for k, v in exp_pred.items():
             want[k] = v
@@ -253,7 +258,7 @@ def test_sibling_try_order(backend):
     nt, ns = torch.tensor([a[0], b[0]]), torch.tensor([a[1], b[1]])
     predicts, accept_index, accept_num = outputs(2, 4, 3)
     S.tree_speculative_sampling_target_only(predicts, accept_index, accept_num, candidates, ri,
-                                            nt, ns, torch.rand(2, 4), torch.rand(2), target,
+                                            nt, ns, _uniform(2, 4), _uniform(2), target,
                                             backend=backend)
     assert accept_index.tolist() == [[0, 2, -1], [4, 5, 7]]
     assert accept_num.tolist() == [1, 2]
@@ -371,7 +376,7 @@ def test_exact_variant_equals_verify_tree(method):
 # ----------------------------------------------------------------------------- (d) refusals
 def test_thresholds_refused():
     candidates, ri, nt, ns, target = sgl_documented_case()
-    args = (candidates, ri, nt, ns, torch.rand(2, 6), torch.rand(2), target)
+    args = (candidates, ri, nt, ns, _uniform(2, 6), _uniform(2), target)
     for ts, ta in [(0.9, 1.0), (1.0, 0.5), (0.0, 0.0), (float("nan"), 1.0)]:
         with pytest.raises(ValueError, match="threshold"):
             S.tree_speculative_sampling_target_only(*outputs(2, 6, 4), *args,
@@ -394,11 +399,11 @@ def test_malformed_and_invalid_rows():
     bad_nt[1, 3] = 4                       # slot 4 is now the target of two links
     with pytest.raises(ValueError, match=r"malformed sgl tree in request\(s\) \[1\]"):
         S.tree_speculative_sampling_target_only(*outputs(2, 6, 4), candidates, ri, bad_nt,
-                                                ns, torch.rand(2, 6), torch.rand(2), target)
+                                                ns, _uniform(2, 6), _uniform(2), target)
     # without host checks (as on CUDA) the request is refused by the walk
     p, a, n = outputs(2, 6, 4, fill=50)
     valid = S.tree_speculative_sampling_target_only(
-        p, a, n, candidates, ri, bad_nt, ns, torch.rand(2, 6), torch.rand(2), target,
+        p, a, n, candidates, ri, bad_nt, ns, _uniform(2, 6), _uniform(2), target,
         backend="reference", validate=False)
     assert valid.tolist() == [True, False]
     assert n.tolist() == [3, 0] and a[1].tolist() == [6, 50, 50, 50]
@@ -407,18 +412,18 @@ def test_malformed_and_invalid_rows():
     bad_c[0, 4] = 20
     with pytest.raises(ValueError, match=r"candidates of request\(s\) \[0\]"):
         S.tree_speculative_sampling_target_only(*outputs(2, 6, 4), bad_c, ri, nt, ns,
-                                                torch.rand(2, 6), torch.rand(2), target)
+                                                _uniform(2, 6), _uniform(2), target)
     bad_c[0, 4] = 0
     bad_c[1, 3] = -4                      # slot 3 of request 1 is a leaf of the tree too
     with pytest.raises(ValueError, match=r"candidates of request\(s\) \[1\]"):
         S.tree_speculative_sampling_target_only(*outputs(2, 6, 4), bad_c, ri, nt, ns,
-                                                torch.rand(2, 6), torch.rand(2), target)
+                                                _uniform(2, 6), _uniform(2), target)
     # an invalid target row on the path: -1 at that position, never a made-up token
     t2 = target.clone()
     t2[0, 3, 0] = float("nan")
     p, a, n = outputs(2, 6, 4)
     valid = S.tree_speculative_sampling_target_only(
-        p, a, n, candidates, ri, nt, ns, torch.rand(2, 6), torch.rand(2), t2,
+        p, a, n, candidates, ri, nt, ns, _uniform(2, 6), _uniform(2), t2,
         backend="reference")
     assert valid.tolist() == [False, True]
     assert n.tolist() == [1, 2] and p[0].item() == 3 and p[3].item() == -1
@@ -430,9 +435,9 @@ def test_no_host_reads_without_validation():
     """With validate=False (the default for CUDA tensors) neither the conversion, the seed
     derivation, verify_tree nor the output writes read a tensor value on the host: every
     such read from specops code is patched to be recorded (tests/test_sync_free.py's check)."""
-    from tests.test_sync_free import no_host_reads
+    from tests._sync import no_host_reads
     candidates, ri, nt, ns, target = sgl_documented_case()
-    u, uf = torch.rand(2, 6), torch.rand(2)
+    u, uf = _uniform(2, 6), _uniform(2)
     want = outputs(2, 6, 4)
     S.tree_speculative_sampling_target_only(*want, candidates, ri, nt, ns, u, uf, target,
                                             backend="cpu")
