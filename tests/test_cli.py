@@ -22,6 +22,12 @@ def fast_backends(monkeypatch):
     monkeypatch.setattr(lab, "available_backends", lambda: list(FAST))
 
 
+# The full default audit (grid and every backend, the Triton interpreter included: ~40 s)
+# runs once, in the full tier, on one pytest-xdist worker.
+def DEFAULT_AUDIT(test):
+    return pytest.mark.full(pytest.mark.xdist_group("cli-default-audit")(test))
+
+
 @pytest.fixture(scope="module")
 def default_json():
     """One full default audit (grid included), shared by the schema tests."""
@@ -33,6 +39,7 @@ def default_json():
     return rc, buf.getvalue()
 
 
+@DEFAULT_AUDIT
 def test_audit_defaults_all_pass(default_json):
     rc, out = default_json
     report = json.loads(out)
@@ -42,6 +49,7 @@ def test_audit_defaults_all_pass(default_json):
                                  "total": len(report["checks"]), "all_passed": True}
 
 
+@DEFAULT_AUDIT
 def test_json_schema(default_json):
     _, out = default_json
     assert out.count("\n") == 1                       # one JSON object on one line
@@ -80,6 +88,7 @@ ARTICLE_TOLERANCE = {"alpha": 0.005, "wrong_fallback_tv": 0.005, "estimated_spee
                      "toy_speedup": 0.15, "target_calls": 2, "draft_calls": 10}
 
 
+@DEFAULT_AUDIT
 def test_default_run_lands_on_the_article(default_json):
     _, out = default_json
     report = json.loads(out)
@@ -108,6 +117,7 @@ def test_text_output_shows_the_article_beside_ours(fast_backends, capsys):
     assert "grid: worst exact TV" in block and "1.95e-16" in block
 
 
+@DEFAULT_AUDIT
 def test_required_checks_present(default_json):
     names = {c["name"] for c in json.loads(default_json[1])["checks"]}
     for required in ("knob_sanitation", "target_rows_normalised", "draft_rows_normalised",
@@ -223,6 +233,7 @@ def test_plot_without_matplotlib(monkeypatch, capsys, tmp_path, fast_backends):
         audit.plot_report({}, str(tmp_path / "y.png"))
 
 
+@pytest.mark.full                       # a fresh interpreter
 def test_python_dash_m(tmp_path):
     env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
     env.pop("TRITON_INTERPRET", None)          # keep it fast: no interpreted Triton

@@ -5,6 +5,8 @@ on one rank must raise on every rank (never hang); a calibrated chi-square passe
 negative control (p(y), q(y) read without the exchange) fails."""
 from __future__ import annotations
 
+import functools
+
 import numpy as np
 import pytest
 import torch
@@ -15,6 +17,9 @@ from tests import dist_worker
 from tests.cases import KINDS, make_case
 from tests._stats import ALPHA, P_ROWS, Q_ROWS, draft_ids, law_pvalues
 
+# Every test here shares one spawned process group per world size (the module fixture): the
+# whole module is the full tier's and runs on one pytest-xdist worker.
+pytestmark = [pytest.mark.full, pytest.mark.xdist_group("distributed")]
 WORLDS = (2, 3)
 BACKENDS = [b for b in ("reference", "cpu", "triton") if b in specops.available_backends()
             or b == "reference"]
@@ -72,8 +77,15 @@ def _stat_case():
                 seed=torch.arange(N_STAT) + 900, offset=0)
 
 
-CASES = _cases()
-SPECIAL = [
+@functools.lru_cache(maxsize=None)
+def cases():
+    """The agreement cases, built on first use (not at collection: V = 128,256 among them)."""
+    return _cases()
+
+
+@functools.lru_cache(maxsize=None)
+def special():
+    return [
     ("seedless", dict(make_case("mixed", 1000, 4), seed=None, offset=None), {}),
     ("bad-temperature-on-rank-1", make_case("full", 7, 2),
      dict(rank_args={1: dict(temperature=-1.0)})),
@@ -83,7 +95,7 @@ SPECIAL = [
     ("unchecked", make_case("mixed", 1000, 4), dict(validate=False, vocab_size=1000)),
     ("stat", _stat_case(), {}),
     ("stat-local-reads", _stat_case(), dict(control="local_reads")),
-]
+    ]
 
 
 @pytest.fixture(scope="module")
@@ -91,12 +103,18 @@ def ranks(tmp_path_factory):
     """{world: [rank 0's results, rank 1's, ...]} from one spawned process group each."""
     work = tmp_path_factory.mktemp("dist")
     cases_file = str(work / "cases.pt")
-    torch.save(CASES + SPECIAL, cases_file)
+    torch.save(cases() + special(), cases_file)
     return {w: dist_worker.main(w, cases_file, str(work)) for w in WORLDS}
 
 
-def _single(kw, opts, backend):
-    return specops.verify_block(**kw, backend=backend, **opts)
+_SINGLE: dict = {}
+
+
+def _single(name, kw, opts, backend):
+    """The single-device call, once per case and backend (every world compares with it)."""
+    if (name, backend) not in _SINGLE:
+        _SINGLE[name, backend] = specops.verify_block(**kw, backend=backend, **opts)
+    return _SINGLE[name, backend]
 
 
 def _same(out, ref, rates_ref):
@@ -111,12 +129,12 @@ def _same(out, ref, rates_ref):
 @pytest.mark.parametrize("world", WORLDS)
 def test_every_rank_equals_the_single_device_call(ranks, world, backend):
     checked = 0
-    for name, kw, opts in CASES:
+    for name, kw, opts in cases():
         V = (kw.get("target_logits") if kw.get("target_logits") is not None
              else kw["target_probs"]).shape[-1]
         if backend == "triton" and V > 7:
             continue                                # the interpreter: small V only
-        ref = _single(kw, opts, backend)
+        ref = _single(name, kw, opts, backend)
         rates = getattr(ref, "accept_rates", None)
         for r in range(world):
             got = ranks[world][r][name]
@@ -157,7 +175,7 @@ def test_unchecked_call_skips_the_layout_exchange(ranks, world):
     """validate=False with vocab_size: no layout exchange (nothing read on the host), same
     tokens."""
     kw = make_case("mixed", 1000, 4)
-    ref = _single(kw, {}, "reference")
+    ref = _single("unchecked-reference", kw, {}, "reference")
     for r in range(world):
         got = ranks[world][r]["unchecked"]
         _same(got, ref, None)

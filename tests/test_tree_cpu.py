@@ -243,6 +243,7 @@ def test_negative_max_depth():
     assert_same(kw)
 
 
+@pytest.mark.full
 def test_large_vocabulary():
     V, N, B = 128256, 16, 2
     for kind in ("logits_rsd", "point_mass"):

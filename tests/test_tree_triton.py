@@ -57,15 +57,18 @@ def _small_tiles(monkeypatch):
 
 
 # ----------------------------------------------------------------------------- the sweep
+# fast tier: every kind at (V=7, N=5); the other sizes in the full tier
 @pytest.mark.parametrize("kind", TREE_KINDS)
-@pytest.mark.parametrize("V,N", [(1, 5), (7, 1), (7, 5), (7, 8), (100, 5), (100, 8)])
+@pytest.mark.parametrize("V,N", [(7, 5)] + [pytest.param(*vn, marks=pytest.mark.full) for vn in
+                                            ((1, 5), (7, 1), (7, 8), (100, 5), (100, 8))])
 def test_tree_cases(kind, V, N):
     for seed in (0, 1):
         check(make_tree_case(kind, V, N, B=3, seed=seed))
 
 
-@pytest.mark.parametrize("kind", ["logits_rsd", "logits_mss", "probs_rsd", "point_mass",
-                                  "filters", "target_probs", "duplicates"])
+@pytest.mark.parametrize("kind", ["logits_rsd"] + [
+    pytest.param(k, marks=pytest.mark.full) for k in ("logits_mss", "probs_rsd", "point_mass",
+                                                      "filters", "target_probs", "duplicates")])
 def test_tiles(kind, monkeypatch):
     """V = 100 in 16-lane tiles: the weight passes, the residual update and the search of
     the draw all cross tiles."""
@@ -74,7 +77,8 @@ def test_tiles(kind, monkeypatch):
         check(make_tree_case(kind, 100, 8, B=3, seed=seed))
 
 
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, pytest.param(torch.float16,
+                                                                  marks=pytest.mark.full)])
 def test_half_logits(dtype):
     for kind in ("logits_rsd", "logits_mss", "filters", "greedy"):
         check(make_tree_case(kind, 7, 5, B=3, dtype=dtype, seed=4))
@@ -182,8 +186,9 @@ def _chain_like(g, B, N, V, fanout_p=0.5):
     return par
 
 
-@pytest.mark.parametrize("method", ["rsd", "mss"])
-@pytest.mark.parametrize("qmode", ["probs", "logits", "point"])
+@pytest.mark.parametrize("method,qmode", [("rsd", "probs"), ("mss", "logits")] + [
+    pytest.param(m, q, marks=pytest.mark.full) for m, q in (("rsd", "logits"), ("rsd", "point"),
+                                                            ("mss", "probs"), ("mss", "point"))])
 def test_deep_walks(method, qmode):
     """Draft rows close to the target: long accepted paths, siblings tried after
     rejections, duplicate and exhausted drafts (sharp draft rows)."""

@@ -100,7 +100,7 @@ def _tail_rows(rng, n, V):
     return rows
 
 
-@pytest.mark.parametrize("V", [1, 7, 8, 9, 64, 1000, 49152])
+@pytest.mark.parametrize("V", [1, 7, 8, 9, 64, 1000, pytest.param(49152, marks=pytest.mark.full)])
 def test_exp_pass_encoding(V, isa):
     rng = np.random.default_rng(V)
     skipped_total = 0
@@ -139,7 +139,7 @@ def _params(n):
 
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
-@pytest.mark.parametrize("V", [7, 1000, 4103, 49152])
+@pytest.mark.parametrize("V", [7, 1000, 4103, pytest.param(49152, marks=pytest.mark.full)])
 def test_sampling_probs_on_tail_rows(V, dtype, isa):
     rng = np.random.default_rng(V + 1)
     n = 2 * len(SETTINGS)
@@ -198,7 +198,7 @@ def _verify_args(rng, V, B, K, tail_draws):
             offset, K)
 
 
-@pytest.mark.parametrize("V", [1000, 49152])
+@pytest.mark.parametrize("V", [1000, pytest.param(49152, marks=pytest.mark.full)])
 @pytest.mark.parametrize("tail_draws", [True, False])
 def test_verify_on_tail_rows(V, tail_draws, isa):
     rng = np.random.default_rng(V * 3 + tail_draws)

@@ -48,6 +48,10 @@ def tiny(layers, hidden, seed, heads=4):
     return model
 
 
+# the tiny models are built once per process: keep this module on one pytest-xdist worker
+pytestmark = pytest.mark.xdist_group("hf-tiny-models")
+
+
 @pytest.fixture(scope="module")
 def models():
     target = tiny(2, 64, 0)

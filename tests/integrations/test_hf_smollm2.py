@@ -15,6 +15,8 @@ import pytest
 import torch
 
 pytest.importorskip("transformers")
+# the real model (about 20 s to load) is loaded once: full tier, one pytest-xdist worker
+pytestmark = [pytest.mark.full, pytest.mark.xdist_group("smollm2")]
 
 import specops  # noqa: E402
 from bench.real_logits import ModelMissing, load_model, model_path  # noqa: E402
