@@ -60,6 +60,7 @@ def test_patch_restored_and_torch_ops_counted():
     assert (I.InterpreterBuilder.create_masked_load, I.GridExecutor.__call__) == before
 
 
+@pytest.mark.full                       # the model's interpreter run of the kernels
 def test_quick_run_on_verify():
     env = {k: os.environ.get(k) for k in ("SPECOPS_TRITON_BLOCK_V", "SPECOPS_TRITON_PIPELINE",
                                           "SPECOPS_TRITON_CHUNK")}

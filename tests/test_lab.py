@@ -173,7 +173,8 @@ def test_mean_alpha():
 
 
 # ----------------------------------------------------------------------------- traces
-@pytest.mark.parametrize("backend", BACKENDS)
+@pytest.mark.parametrize("backend", [pytest.param(b, marks=pytest.mark.full) if b == "triton"
+                                     else b for b in BACKENDS])
 def test_trace_exact_length_deterministic_and_balanced(backend):
     for knobs in (lab.DEFAULT_KNOBS, lab.Knobs(gamma=3, length=7, seed=4, cost=0.3)):
         m = lab.build_model(knobs)

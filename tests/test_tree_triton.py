@@ -66,9 +66,9 @@ def test_tree_cases(kind, V, N):
         check(make_tree_case(kind, V, N, B=3, seed=seed))
 
 
-@pytest.mark.parametrize("kind", ["logits_rsd"] + [
-    pytest.param(k, marks=pytest.mark.full) for k in ("logits_mss", "probs_rsd", "point_mass",
-                                                      "filters", "target_probs", "duplicates")])
+@pytest.mark.full
+@pytest.mark.parametrize("kind", ["logits_rsd", "logits_mss", "probs_rsd", "point_mass",
+                                  "filters", "target_probs", "duplicates"])
 def test_tiles(kind, monkeypatch):
     """V = 100 in 16-lane tiles: the weight passes, the residual update and the search of
     the draw all cross tiles."""
