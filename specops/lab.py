@@ -271,7 +271,9 @@ def position_rates(model: ToyModel, K: int, start: Optional[int] = None) -> np.n
     rates = np.zeros(int(K))
     for j in range(int(K)):
         nxt = reach @ M
-        rates[j] = nxt.sum() / reach.sum() if reach.sum() > 0 else 0.0
+        # A probability; the float64 quotient of two equal sums (M = P when the draft equals
+        # the target) can round to 1 + 2**-52, which the planner rightly refuses.
+        rates[j] = min(1.0, nxt.sum() / reach.sum()) if reach.sum() > 0 else 0.0
         reach = nxt
     return rates
 
