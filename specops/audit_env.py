@@ -50,8 +50,8 @@ def _triton_status() -> Tuple[Optional[str], str]:
     import torch
     cuda = torch.cuda.is_available()
     if not cuda and os.environ.get("TRITON_INTERPRET") != "1":
-        return ("no CUDA device, and TRITON_INTERPRET=1 is not set (set it before triton is "
-                "imported to run the kernels on the CPU through Triton's interpreter)"), ""
+        return ("no CUDA device, and TRITON_INTERPRET=1 (Triton's interpreter on the CPU, set "
+                "before triton is imported) is not set"), ""
     from specops.backends import registry
     try:
         registry.load("triton")
@@ -124,14 +124,12 @@ def build_lines(build: dict) -> List[str]:
     if not c["built"]:
         cpp = f"C++ extension: not loaded: {c['error']}"
     else:
-        chosen = (f"selected {c['isa']} " + (f"(SPECOPS_CPU_ISA={build['SPECOPS_CPU_ISA']})"
-                                             if build["SPECOPS_CPU_ISA"]
-                                             else "(the best this CPU runs)")
-                  if c["isa"] else f"none selected: {c['error']}")
-        cpp = (f"C++ extension: ISA levels {', '.join(c['isa_levels'])} (built and runnable "
-               f"here); {chosen}; " + (f"OpenMP, {build['openmp_threads']} threads "
-                                       f"({build['openmp_threads_from']})"
-                                       if c["openmp"] else "no OpenMP"))
+        why = (f"SPECOPS_CPU_ISA={build['SPECOPS_CPU_ISA']}" if build["SPECOPS_CPU_ISA"]
+               else "the best this CPU runs")
+        chosen = f"{c['isa']} ({why})" if c["isa"] else f"none: {c['error']}"
+        cpp = (f"C++ extension: ISA {chosen} of {', '.join(c['isa_levels'])}; "
+               + (f"OpenMP, {build['openmp_threads']} threads ({build['openmp_threads_from']})"
+                  if c["openmp"] else "no OpenMP"))
     return [f"specops {build['version']} (Python {build['python']}, torch {build['torch']} "
             f"with {build['torch_threads']} threads, numpy {build['numpy']}, Triton "
             f"{build['triton'] or 'not installed'}, CUDA {'yes' if build['cuda'] else 'no'})",

@@ -145,8 +145,8 @@ function showError(message, knob) {
 function render(r, ms) {
   const h = r.headline, a = r.article, s = r.sequence, o = r.one_token, e = r.exact_law;
   const isDefault = KNOBS.every((k) => String(r.knobs[k.name]) === k.default);
-  $("status").textContent = `computed in ${Math.round(ms)} ms on the ${r.backend} backend ` +
-    `(${r.page.variant}; ${r.page.full})`;
+  $("status").textContent = `computed in ${Math.round(ms)} ms on the ${r.backend} backend` +
+    (r.exact_law ? "" : "; the exact laws follow");
   $("variant").textContent = `The page's audit: ${r.page.variant}. ${r.page.full}.`;
   setText("h-alpha", pct(h.alpha), h.alpha);
   setText("h-wrong-tv", pct(h.wrong_fallback_tv), h.wrong_fallback_tv);
@@ -159,6 +159,9 @@ function render(r, ms) {
   setText("h-checks", `${r.summary.passed}/${r.summary.total}`, r.summary.passed);
   $("h-checks").className = "big " + (r.summary.all_passed ? "good-num" : "bad-num");
   $("h-backend").textContent = `on ${r.backends.join(", ")}`;
+  setText("h-best", `gamma ${s.curve.best_gamma}: ${fix(s.curve.best_speedup, 2)}x`, s.curve.best_gamma);
+  $("h-planner").textContent = s.planner ? `planner on the chain's rates: K = ${s.planner.best_k}, ` +
+    `${fix(s.planner.speedup, 2)}x` : "";
   $("r-alpha").textContent = `essay: ${pct(a.alpha)}`;
   $("r-wrong-tv").textContent = `essay: ${pct(a.wrong_fallback_tv)} vs ${sci(a.corrected_tv, 1)}`;
   $("r-calls").textContent = `essay: ${a.target_calls} / ${a.draft_calls} for ${a.length}`;
