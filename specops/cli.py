@@ -46,17 +46,20 @@ def _error(prog: str, message: str) -> int:
     return 2
 
 
-def _add_knob_args(p) -> None:
-    """The lab's six knobs, with the ranges and defaults of ``specops.lab``."""
+def _knob_parser(sub, name: str, summary: str, description: str):
+    """A subcommand taking the lab's six knobs, with the ranges and defaults of
+    ``specops.lab``."""
     from specops import lab
+    p = sub.add_parser(name, help=summary, description=description)
     d = lab.DEFAULT_KNOBS
-    for name, (kind, lo, hi, what) in lab.KNOB_RANGES.items():
-        if name == "seed":
+    for knob, (kind, lo, hi, what) in lab.KNOB_RANGES.items():
+        if knob == "seed":
             rng = "0..2**63-1"
         else:
             rng = f"{lo}..{hi}" if kind == "int" else f"in [{lo:g}, {hi:g}]"
-        p.add_argument(f"--{name}", default=getattr(d, name), metavar=name[0].upper(),
-                       help=f"{what}, {rng} (default {getattr(d, name)})")
+        p.add_argument(f"--{knob}", default=getattr(d, knob), metavar=knob[0].upper(),
+                       help=f"{what}, {rng} (default {getattr(d, knob)})")
+    return p
 
 
 def _knobs(args, prog: str):
@@ -123,14 +126,13 @@ def _audit(args) -> int:
 
 
 def add_audit_parser(sub) -> None:
-    p = sub.add_parser(
-        "audit", help="run the rejection-sampling lab's checks and the exactness self-check",
-        description="Teach and prove exact speculative sampling: a toy 8-token Markov model, "
+    p = _knob_parser(
+        sub, "audit", "run the rejection-sampling lab's checks and the exactness self-check",
+        "Teach and prove exact speculative sampling: a toy 8-token Markov model, "
                     "its one-token anatomy, a seeded trace through specops.verify_block, "
                     "a grid of 1296 settings, and every available backend checked token "
                     "for token against the reference oracle. Exit status 1 if any check "
                     "fails.")
-    _add_knob_args(p)
     p.add_argument("--backend", default="auto", choices=("auto", "reference", "cpu", "triton"),
                    help="backend for the trace and the grid (default: the best available)")
     p.add_argument("--json", action="store_true",
@@ -153,14 +155,13 @@ def _lab(args) -> int:
 
 
 def add_lab_parser(sub) -> None:
-    p = sub.add_parser(
-        "lab", help="serve the rejection-sampling lab as a page on 127.0.0.1",
-        description="Serve the rejection-sampling lab in a browser: sliders for the knobs, "
+    p = _knob_parser(
+        sub, "lab", "serve the rejection-sampling lab as a page on 127.0.0.1",
+        "Serve the rejection-sampling lab in a browser: sliders for the knobs, "
                     "the one-token chart, the audit's checks, the trace and the speed "
                     "accounting, computed by the same functions as `specops audit --json` "
                     "(without the grid, on one backend). Listens on 127.0.0.1 only; Ctrl-C "
                     "stops it. The knob flags set the page's starting values.")
-    _add_knob_args(p)
     p.add_argument("--port", type=int, default=0,
                    help="port on 127.0.0.1 (default 0: a free port, printed)")
     p.add_argument("--open", action=argparse.BooleanOptionalAction, default=True,

@@ -109,6 +109,21 @@ def assert_same_report(page, want):
     assert page["summary"]["all_passed"] and "page" in page
 
 
+def test_page_files_ship_as_package_data():
+    """Every file the server names exists and is matched by pyproject's package-data (so a
+    wheel carries the page: nothing is fetched at run time)."""
+    import fnmatch
+    import tomllib
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    with open(os.path.join(root, "pyproject.toml"), "rb") as f:
+        patterns = tomllib.load(f)["tool"]["setuptools"]["package-data"]["specops"]
+    static = resources.files("specops").joinpath("lab_static")
+    names = sorted(p.name for p in static.iterdir())
+    assert sorted({name for name, _ in lab_server.STATIC.values()}) == names
+    for name in names:
+        assert any(fnmatch.fnmatch(f"lab_static/{name}", p) for p in patterns), name
+
+
 def test_audit_endpoint_is_the_cli_report(server):
     """One implementation: the page's numbers are `specops audit --json`'s, field for field
     (the query's knobs are the CLI's flags)."""
@@ -134,6 +149,12 @@ def test_quick_endpoint_leaves_out_only_the_laws(server):
     assert not names & law_checks and law_checks <= {c["name"] for c in full["checks"]}
     for key in ("headline", "one_token", "knobs"):
         assert quick[key] == full[key]
+
+
+def test_only_names_available_backends():
+    from specops import audit
+    with pytest.raises(ValueError, match="only=.*not available here: nope"):
+        audit.run_audit(only=["nope"], grid=False)
 
 
 @pytest.mark.parametrize("query,flag", [("gamma=0", ("--gamma", "0")),

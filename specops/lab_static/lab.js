@@ -368,7 +368,7 @@ function renderEnv(r) {
   const b = r.build, c = b.cpp;
   $("build").textContent = `specops ${b.version}; Python ${b.python}, torch ${b.torch}, numpy ` +
     `${b.numpy}, Triton ${b.triton || "not installed"}; C++ ` +
-    (c.built ? `${c.isa} selected of ${c.isa_levels.join(", ")}` +
+    (c.built ? `${c.isa || "no ISA level"} selected of ${c.isa_levels.join(", ")}` +
                (c.openmp ? `, OpenMP ${b.openmp_threads} threads` : ", no OpenMP") : "extension not loaded") +
     (c.error ? `; ${c.error}` : "");
 }
