@@ -187,17 +187,18 @@ def serve(start: lab.Knobs = lab.DEFAULT_KNOBS, port: int = 0, open_browser: boo
         print(f"specops lab: error: cannot listen on {HOST}:{port}: {exc}", file=sys.stderr)
         return 2
     url = page_url(server, start)
-    server.RequestHandlerClass.lab.audit(
-        {k: str(v) for k, v in start.as_dict().items()})    # warm up: imports, first laws
-    out(f"specops lab: the rejection-sampling lab at {url}  (127.0.0.1 only; Ctrl-C stops)")
-    if open_browser:
-        if _can_open_browser():
-            webbrowser.open(url)
-        else:
-            out("specops lab: no display here: open the address above in a browser")
-    if ready is not None:
-        ready(server)
-    try:
+    try:                                    # Ctrl-C at any point: a quiet exit, status 0
+        server.RequestHandlerClass.lab.audit(
+            {k: str(v) for k, v in start.as_dict().items()})   # warm up: imports, first laws
+        out(f"specops lab: the rejection-sampling lab at {url}  (127.0.0.1 only; Ctrl-C "
+            "stops)")
+        if open_browser:
+            if _can_open_browser():
+                webbrowser.open(url)
+            else:
+                out("specops lab: no display here: open the address above in a browser")
+        if ready is not None:
+            ready(server)
         server.serve_forever()
     except KeyboardInterrupt:
         pass

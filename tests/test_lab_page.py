@@ -201,6 +201,24 @@ def test_serve_prints_the_address_and_stops(no_interpreter):
     assert "http://127.0.0.1:" in lines[0] and "?gamma=2&length=12" in lines[0]
 
 
+@pytest.mark.full
+def test_ctrl_c_stops_the_server_quietly(tmp_path):
+    import signal
+    import subprocess
+    import sys
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = dict(os.environ, PYTHONPATH=root + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("TRITON_INTERPRET", None)
+    p = subprocess.Popen([sys.executable, "-m", "specops", "lab", "--no-open", "--gamma", "2"],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         cwd=tmp_path, env=env)
+    line = p.stdout.readline()
+    assert "http://127.0.0.1:" in line, p.stderr.read()
+    p.send_signal(signal.SIGINT)
+    assert p.wait(timeout=60) == 0
+    assert "Traceback" not in p.stderr.read()
+
+
 def test_lab_usage_errors(capsys):
     assert cli.main(["lab", "--gamma", "0", "--no-open"]) == 2
     assert "knob 'gamma'" in capsys.readouterr().err
