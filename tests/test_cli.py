@@ -360,7 +360,7 @@ def test_audit_says_why_cpu_is_unavailable(cpp, why, monkeypatch, capsys):
     monkeypatch.setattr(audit_env, "_cpp", lambda: cpp)
     monkeypatch.setattr(lab, "available_backends", lambda: ["reference"])
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
-    rc = cli.main(["audit", "--no-grid", "--length", "8"])
+    rc = cli.main(["audit", "--no-grid", "--length", "8", "--gamma", "2"])
     out = capsys.readouterr().out
     assert rc == 0
     cpu = next(x for x in out.splitlines() if x.split()[:2] == ["cpu", "UNAVAILABLE"])
@@ -396,8 +396,9 @@ def test_cli_parser_imports_no_torch(monkeypatch):
 def test_version_and_help_without_torch(tmp_path):
     """In a fresh interpreter, with the package's __init__ kept out of the way (it is not the
     CLI's to make lazy), `specops --version` and `--help` load no torch module."""
+    where = os.path.join(ROOT, "specops")
     code = ("import sys, types, contextlib, io\n"
-            f"pkg = types.ModuleType('specops'); pkg.__path__ = [{os.path.join(ROOT, 'specops')!r}]\n"
+            f"pkg = types.ModuleType('specops'); pkg.__path__ = [{where!r}]\n"
             "pkg.__version__ = '0'; sys.modules['specops'] = pkg\n"
             "from specops import cli\n"
             "for argv in (['--version'], ['--help'], ['audit', '--help'], ['lab', '--help']):\n"

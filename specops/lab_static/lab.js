@@ -73,12 +73,16 @@ function buildKnobs(table) {
                                 max: String(map.max), step: "1", "aria-label": k.name + " slider" });
     const text = el("input", { type: "text", id: "k-" + k.name, inputmode: "decimal",
                                spellcheck: "false", value: given.get(k.name) ?? k.initial });
-    row.append(range, text, el("div", { class: "what" }, `${k.what}: ${k.range} (default ${k.default})`));
+    row.append(range, text,
+               el("div", { class: "what" }, `${k.what}: ${k.range} (default ${k.default})`));
     rows.append(row);
     const knob = { name: k.name, text, range, map, default: k.default };
     KNOBS.push(knob);
     syncSlider(knob);
-    range.addEventListener("input", () => { text.value = map.toValue(Number(range.value)); request(); });
+    range.addEventListener("input", () => {
+      text.value = map.toValue(Number(range.value));
+      request();
+    });
     let timer = null;
     text.addEventListener("input", () => { clearTimeout(timer); timer = setTimeout(request, 300); });
     text.addEventListener("change", () => { clearTimeout(timer); syncSlider(knob); request(); });
@@ -159,7 +163,8 @@ function render(r, ms) {
   setText("h-checks", `${r.summary.passed}/${r.summary.total}`, r.summary.passed);
   $("h-checks").className = "big " + (r.summary.all_passed ? "good-num" : "bad-num");
   $("h-backend").textContent = `on ${r.backends.join(", ")}`;
-  setText("h-best", `gamma ${s.curve.best_gamma}: ${fix(s.curve.best_speedup, 2)}x`, s.curve.best_gamma);
+  setText("h-best", `gamma ${s.curve.best_gamma}: ${fix(s.curve.best_speedup, 2)}x`,
+          s.curve.best_gamma);
   $("h-planner").textContent = s.planner ? `planner on the chain's rates: K = ${s.planner.best_k}, ` +
     `${fix(s.planner.speedup, 2)}x` : "";
   $("r-alpha").textContent = `essay: ${pct(a.alpha)}`;
@@ -250,14 +255,17 @@ function renderTrace(r) {
   let i = 0;
   for (let step = 0; step < s.steps.length && i < SHOWN; step++) {
     const [accepted, kept] = s.steps[step];
-    const span = el("span", { class: "step", title: `target call ${step + 1}: ${accepted} of ${g} drafts accepted` });
+    const span = el("span", { class: "step",
+                              title: `target call ${step + 1}: ${accepted} of ${g} drafts accepted` });
     for (let j = 0; j < kept && i < SHOWN; j++, i++) {
       const kind = j < accepted ? "acc" : (accepted < g ? "cor" : "bon");
       span.append(el("span", { class: "chip " + kind }, r.tokens[s.tokens[i]]));
     }
     box.append(span);
   }
-  if (s.length > SHOWN) box.append(el("span", { class: "muted" }, ` … ${s.length - SHOWN} more tokens`));
+  if (s.length > SHOWN) {
+    box.append(el("span", { class: "muted" }, ` … ${s.length - SHOWN} more tokens`));
+  }
 }
 
 function renderSpeed(r) {
@@ -270,7 +278,8 @@ function renderSpeed(r) {
     `best gamma ${c.best_gamma} (${fix(c.best_speedup, 3)}x).`;
   const p = s.planner;
   $("planner-text").textContent = p ? `specops.best_num_draft_tokens on the chain's per-position ` +
-    `rates picks K = ${p.best_k}: ${fix(p.expected_tokens, 3)} tokens per step, ${fix(p.speedup, 3)}x.` : "";
+    `rates picks K = ${p.best_k}: ${fix(p.expected_tokens, 3)} tokens per step, ` +
+    `${fix(p.speedup, 3)}x.` : "";
   const svg = $("curve"), W = 640, H = 260, L = 40, B = 30, T = 10;
   const ymax = Math.ceil(Math.max(...c.speedups, s.toy_speedup, 1) + 0.25);
   const x = (gm) => L + (W - L - 14) * (gm - 1) / 15;
@@ -280,10 +289,12 @@ function renderSpeed(r) {
     svg.append(svgEl("line", { x1: L, x2: W - 10, y1: y(t), y2: y(t), class: "grid" }));
     svg.append(svgEl("text", { x: L - 6, y: y(t) + 4, "text-anchor": "end" }, t + "x"));
   }
-  c.gammas.forEach((gm) => svg.append(svgEl("text", { x: x(gm), y: H - 10, "text-anchor": "middle" }, gm)));
-  svg.append(svgEl("line", { x1: x(c.best_gamma), x2: x(c.best_gamma), y1: T, y2: y(0), class: "best" }));
-  svg.append(svgEl("polyline", { class: "curve",
-                                  points: c.gammas.map((gm, i) => `${x(gm)},${y(c.speedups[i])}`).join(" ") }));
+  c.gammas.forEach((gm) => svg.append(
+    svgEl("text", { x: x(gm), y: H - 10, "text-anchor": "middle" }, gm)));
+  svg.append(svgEl("line", { x1: x(c.best_gamma), x2: x(c.best_gamma), y1: T, y2: y(0),
+                             class: "best" }));
+  const points = c.gammas.map((gm, i) => `${x(gm)},${y(c.speedups[i])}`).join(" ");
+  svg.append(svgEl("polyline", { class: "curve", points }));
   c.gammas.forEach((gm, i) => {
     const dot = svgEl("circle", { cx: x(gm), cy: y(c.speedups[i]), r: 3, class: "bar p" });
     dot.append(svgEl("title", {}, `gamma ${gm}: ${fix(c.speedups[i], 3)}x expected`));
@@ -311,9 +322,11 @@ function renderLaws(e) {
     [`token-wise verification, K = ${e.K} drafts`, `TV to the target ${sci(e.tv, 1)}`,
      `wrong fallback: TV ${fix(e.wrong_fallback_tv, 6)}`],
     [`block verification (method="block"), K = ${e.K}`, `TV to the target ${sci(e.block_tv, 1)}`,
-     `E[accepted] ${fix(e.expected_accepted_block, 4)} vs token-wise ${fix(e.expected_accepted_token, 4)}`],
+     `E[accepted] ${fix(e.expected_accepted_block, 4)} vs token-wise ` +
+     fix(e.expected_accepted_token, 4)],
     ["tree verification: 2 siblings at the root", `TV to the target ${sci(e.tree_tv, 1)}`,
-     `P(accept) rsd ${fix(e.tree_accept.rsd, 4)}, mss ${fix(e.tree_accept.mss, 4)} vs one draft ${fix(e.single_accept, 4)}`],
+     `P(accept) rsd ${fix(e.tree_accept.rsd, 4)}, mss ${fix(e.tree_accept.mss, 4)} vs one ` +
+     `draft ${fix(e.single_accept, 4)}`],
   ];
   const body = $("laws").tBodies[0];
   body.replaceChildren();
@@ -328,7 +341,8 @@ function renderLaws(e) {
   e.length_law.forEach((_, n) => head.append(el("th", {}, String(n))));
   t.tHead.replaceChildren(head);
   t.tBodies[0].replaceChildren();
-  for (const [name, law] of [["token-wise (exact law)", e.length_law], ["alpha chain", e.length_law_markov],
+  for (const [name, law] of [["token-wise (exact law)", e.length_law],
+                             ["alpha chain", e.length_law_markov],
                              ["block (exact law)", e.block_length_law]]) {
     const tr = el("tr");
     tr.append(el("td", {}, name));
@@ -337,7 +351,9 @@ function renderLaws(e) {
   }
 }
 
-const ARTICLE_ROWS = [["alpha", "one-token alpha at the start", pct], ["corrected_tv", "TV(corrected, p)", (v) => sci(v, 1)],
+const ARTICLE_ROWS = [
+  ["alpha", "one-token alpha at the start", pct],
+  ["corrected_tv", "TV(corrected, p)", (v) => sci(v, 1)],
   ["wrong_fallback_tv", "wrong-fallback TV", pct], ["length", "trace length", String],
   ["gamma", "gamma (drafts per call)", String], ["target_calls", "target calls", String],
   ["draft_calls", "draft calls", String], ["toy_speedup", "toy speed-up", (v) => fix(v, 2)],
@@ -369,7 +385,8 @@ function renderEnv(r) {
   $("build").textContent = `specops ${b.version}; Python ${b.python}, torch ${b.torch}, numpy ` +
     `${b.numpy}, Triton ${b.triton || "not installed"}; C++ ` +
     (c.built ? `${c.isa || "no ISA level"} selected of ${c.isa_levels.join(", ")}` +
-               (c.openmp ? `, OpenMP ${b.openmp_threads} threads` : ", no OpenMP") : "extension not loaded") +
+               (c.openmp ? `, OpenMP ${b.openmp_threads} threads` : ", no OpenMP")
+             : "extension not loaded") +
     (c.error ? `; ${c.error}` : "");
 }
 
