@@ -73,7 +73,19 @@ class Knobs:
 
 DEFAULT_KNOBS = Knobs()
 
-# The figures the lab's article reports with its default controls, shown beside ours.
+# Where the reference figures come from: the lab reproduces the interactive essay this project
+# started from, which builds on the two papers that introduced speculative sampling.
+ARTICLE_SOURCE = {
+    "essay": "the Rejection-Sampling Lab, the interactive essay this project started from",
+    "papers": [
+        "Leviathan et al. 2023, Fast Inference from Transformers via Speculative Decoding "
+        "(ICML 2023; arXiv:2211.17192)",
+        "Chen et al. 2023, Accelerating Large Language Model Decoding with Speculative "
+        "Sampling (arXiv:2302.01318)",
+    ],
+}
+
+# The figures the essay reports with its default controls, shown beside ours.
 ARTICLE = {
     "alpha": 0.9247,                 # one-token overlap sum min(p, q) at the starting state
     "corrected_tv": 0.0,             # TV(corrected, p), to displayed precision
@@ -271,7 +283,9 @@ def position_rates(model: ToyModel, K: int, start: Optional[int] = None) -> np.n
     rates = np.zeros(int(K))
     for j in range(int(K)):
         nxt = reach @ M
-        rates[j] = nxt.sum() / reach.sum() if reach.sum() > 0 else 0.0
+        # A probability; the float64 quotient of two equal sums (M = P when the draft equals
+        # the target) can round to 1 + 2**-52, which the planner rightly refuses.
+        rates[j] = min(1.0, nxt.sum() / reach.sum()) if reach.sum() > 0 else 0.0
         reach = nxt
     return rates
 
@@ -404,8 +418,12 @@ class Trace:
         return " ".join(TOKENS[t] for t in self.tokens)
 
     def summary(self) -> dict:
+        """JSON-ready; ``steps`` is the ledger as ``[accepted, kept]`` per target call (the
+        first ``accepted`` kept tokens were drafts, a kept token after them the correction
+        or the bonus)."""
         return {
             "backend": self.backend, "length": len(self.tokens), "tokens": list(self.tokens),
+            "steps": [[e["accepted"], e["kept"]] for e in self.ledger],
             "text": self.text, "target_calls": self.target_calls,
             "draft_calls": self.draft_calls, "drafted": self.drafted,
             "accepted": self.accepted,

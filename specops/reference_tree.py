@@ -203,10 +203,15 @@ def verify_tree_ref(target, target_is_probs, node_ids, parents, num_nodes, draft
 # ----------------------------------------------------------------------------- exact law
 def _draft_sibling_laws(q, k: int, method: str):
     """Every ordered tuple of k sibling tokens with its probability: i.i.d. from q (mss) or
-    without replacement (rsd), q float32 [V] normalised in float64."""
+    without replacement (rsd), q float32 [V] normalised in float64.  rsd from a row with
+    m < k tokens of positive probability draws m siblings: the tuples have m tokens and the
+    other k - m siblings are absent (``sample_without_replacement``'s -1 entries, which a
+    drafter leaves out of the tree), so the tuples' probabilities still sum to 1."""
     q = np.asarray(q, dtype=np.float64)
     q = q / q.sum()
     V = q.size
+    if method == "rsd":
+        k = min(k, int((q > 0).sum()))
     for seq in itertools.product(range(V), repeat=k):
         w, left = 1.0, 1.0
         for i, y in enumerate(seq):
@@ -248,7 +253,7 @@ def exact_tree_law(target, draft, parents, V: int, method: str = "rsd",
     def verify(c, prefix, tokens, w):
         """Verification from node c (tokens: drafted token of every node reached so far)."""
         p = pvec(prefix)
-        kids = children_of(c, parents, depth)
+        kids = [x for x in children_of(c, parents, depth) if x in tokens]   # drafted ones
         Rw = R.integer_weights(p)
         A = int(Rw.sum())
         if point_mass:
@@ -290,7 +295,7 @@ def exact_tree_law(target, draft, parents, V: int, method: str = "rsd",
             return
         c = order[0]
         kids = children_of(c, parents, depth)
-        if not kids:
+        if not kids or (c != 0 and c not in tokens):      # a leaf, or an absent sibling
             draft_tree(order[1:], tokens, paths, w)
             return
         if point_mass:

@@ -1,4 +1,6 @@
 """`specops audit`: all checks pass on the defaults, the JSON schema, exit statuses."""
+import contextlib
+import io
 import json
 import math
 import os
@@ -7,7 +9,7 @@ import sys
 
 import pytest
 
-from specops import audit, cli, lab
+from specops import audit, audit_env, cli, lab
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -115,6 +117,9 @@ def test_text_output_shows_the_article_beside_ours(fast_backends, capsys):
         line = next(x for x in block.splitlines() if label in x)
         assert line.split()[-2:] == [ours, theirs], line
     assert "grid: worst exact TV" in block and "1.95e-16" in block
+    # the figures' source is named (issue 28, item 9)
+    for name in ("Rejection-Sampling Lab", "Leviathan et al. 2023", "Chen et al. 2023"):
+        assert name in block
 
 
 @DEFAULT_AUDIT
@@ -273,3 +278,135 @@ def test_selfcheck_batch_exercises_the_policies():
     assert not valid.all() and (tok[~valid] == -1).all()
     tok, nacc, valid = audit._oracle(x, "probs")
     assert (nacc == x["num_draft"]).any()                 # a bonus token somewhere
+
+
+# ----------------------------------------------------------------------------- issue 27, defect 4
+@pytest.mark.parametrize("args", [["--match", "1"], ["--certainty", "0.99", "--match", "1"],
+                                  ["--certainty", "1", "--match", "1", "--gamma", "16"]])
+def test_exact_draft_settings_pass(args, capsys, fast_backends):
+    """--match 1 died with a traceback (a rate of 1 + 2**-52); --certainty 0.99 --match 1
+    failed tree_rsd_law_tv with 0.5 (two rsd siblings from a one-point draft row)."""
+    rc = cli.main(["audit", "--no-grid", "--backend", "reference", "--length", "16", *args])
+    out = capsys.readouterr().out
+    assert rc == 0, [x for x in out.splitlines() if x.startswith("FAIL")]
+    assert "PASS  tree_rsd_law_tv" in out
+
+
+class _ClosedPipe(io.StringIO):
+    """stdout of `specops audit | head` once head has exited."""
+    def write(self, s):
+        raise BrokenPipeError(32, "Broken pipe")
+
+
+@pytest.mark.parametrize("extra", [[], ["--json"]])
+def test_closed_pipe_is_not_a_failed_check(extra, monkeypatch, fast_backends):
+    """`specops audit | head`: no BrokenPipeError traceback, and the exit status stays the
+    audit's (0: every check passed), not 1 ("a check failed")."""
+    monkeypatch.setattr(sys, "stdout", _ClosedPipe())
+    assert cli.main(["audit", "--no-grid", "--backend", "reference", "--length", "8",
+                     "--gamma", "2", *extra]) == 0
+
+
+@pytest.mark.full
+def test_closed_pipe_subprocess(tmp_path):
+    env = dict(os.environ, PYTHONPATH=ROOT + os.pathsep + os.environ.get("PYTHONPATH", ""))
+    env.pop("TRITON_INTERPRET", None)
+    p = subprocess.Popen([sys.executable, "-m", "specops", "audit", "--no-grid", "--backend",
+                          "reference", "--length", "8"], stdout=subprocess.PIPE,
+                         stderr=subprocess.PIPE, cwd=tmp_path, env=env)
+    p.stdout.close()                                  # the reader is gone before any output
+    err = p.stderr.read().decode()
+    assert p.wait(timeout=120) == 0, err
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+# ----------------------------------------------------------------------------- issue 28, item 4
+def test_info_prints_the_build_and_the_backends(capsys):
+    assert cli.main(["info"]) == 0
+    out = capsys.readouterr().out
+    import specops
+    assert f"specops {specops.__version__}" in out and "torch " in out
+    for name in ("reference", "cpu", "triton"):
+        assert any(line.split()[:1] == [name] for line in out.splitlines()), name
+    assert cli.main(["info", "--json"]) == 0
+    info = json.loads(capsys.readouterr().out)
+    assert info["build"]["version"] == specops.__version__
+    assert [b["name"] for b in info["backends"]] == ["reference", "cpu", "triton"]
+    if "cpu" in specops.available_backends():
+        c = info["build"]["cpp"]
+        assert c["built"] and c["isa"] in c["isa_levels"] and c["error"] is None
+        assert info["build"]["openmp_threads"] >= 1 if c["openmp"] else True
+
+
+class _BadIsa:
+    """A _C whose ISA selection refuses the environment's SPECOPS_CPU_ISA."""
+    has_openmp = True
+
+    @staticmethod
+    def available_isas():
+        return ["scalar", "sse2"]
+
+    @staticmethod
+    def isa():
+        raise ValueError("SPECOPS_CPU_ISA='bogus' must be one of scalar, sse2, avx2, avx512")
+
+
+@pytest.mark.parametrize("cpp,why", [
+    ((None, "the C++ extension specops._C is missing or fails to load (boom)"), "(boom)"),
+    ((_BadIsa, None), "SPECOPS_CPU_ISA='bogus'")])
+def test_audit_says_why_cpu_is_unavailable(cpp, why, monkeypatch, capsys):
+    """A missing or unloadable _C, or a bad SPECOPS_CPU_ISA, leaves only the (40x slower)
+    reference; the audit must say so, not only list what is left."""
+    monkeypatch.setattr(audit_env, "_cpp", lambda: cpp)
+    monkeypatch.setattr(lab, "available_backends", lambda: ["reference"])
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    rc = cli.main(["audit", "--no-grid", "--length", "8", "--gamma", "2"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    cpu = next(x for x in out.splitlines() if x.split()[:2] == ["cpu", "UNAVAILABLE"])
+    assert why in cpu
+    status = {s["name"]: s for s in audit_env.backend_status(["reference"])}
+    assert not status["cpu"]["available"] and why in status["cpu"]["detail"]
+    if "triton" not in __import__("specops").available_backends("cuda"):
+        assert "TRITON_INTERPRET=1" in status["triton"]["detail"]
+
+
+# ----------------------------------------------------------------------------- issue 28, item 5
+def test_cli_parser_imports_no_torch(monkeypatch):
+    """Building the parser and answering --version / --help runs no `import torch` (cli.py
+    and the modules it reads for the knobs import torch-dependent code lazily)."""
+    import builtins
+    seen = []
+    real = builtins.__import__
+
+    def spy(name, *a, **k):
+        if name == "torch" or name.startswith("torch."):
+            seen.append(name)
+        return real(name, *a, **k)
+    monkeypatch.setattr(builtins, "__import__", spy)
+    for argv in (["--version"], ["--help"], ["audit", "--help"], ["lab", "--help"],
+                 ["info", "--help"]):
+        with pytest.raises(SystemExit) as info, contextlib.redirect_stdout(io.StringIO()):
+            cli.main(argv)
+        assert info.value.code == 0
+    assert not seen, seen
+
+
+@pytest.mark.full
+def test_version_and_help_without_torch(tmp_path):
+    """In a fresh interpreter, with the package's __init__ kept out of the way (it is not the
+    CLI's to make lazy), `specops --version` and `--help` load no torch module."""
+    where = os.path.join(ROOT, "specops")
+    code = ("import sys, types, contextlib, io\n"
+            f"pkg = types.ModuleType('specops'); pkg.__path__ = [{where!r}]\n"
+            "pkg.__version__ = '0'; sys.modules['specops'] = pkg\n"
+            "from specops import cli\n"
+            "for argv in (['--version'], ['--help'], ['audit', '--help'], ['lab', '--help']):\n"
+            "    try:\n"
+            "        with contextlib.redirect_stdout(io.StringIO()): cli.main(argv)\n"
+            "    except SystemExit as e: assert e.code == 0, argv\n"
+            "print(sorted(m for m in sys.modules if m == 'torch' or m.startswith('torch.')))\n")
+    p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                       cwd=tmp_path, timeout=120)
+    assert p.returncode == 0, p.stderr
+    assert p.stdout.strip() == "[]", p.stdout

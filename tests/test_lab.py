@@ -280,3 +280,34 @@ def test_lab_shows_block_and_planner():
     ll = audit.length_law_markov(model, 3)
     surv = [float(np.prod(pl["rates"][:i])) for i in range(1, 4)]
     np.testing.assert_allclose(surv, [ll[i:].sum() for i in range(1, 4)], atol=1e-12)
+
+
+# ----------------------------------------------------------------------------- issue 27, defect 4
+@pytest.mark.parametrize("seed", [196, 0, 1, 7])
+def test_rates_of_an_exact_draft_are_probabilities(seed):
+    """match = 1 (q = p): the per-position rates are quotients of equal sums, which float64
+    can round to 1 + 2**-52; the planner refuses that, so `specops audit --match 1` died."""
+    m = lab.build_model(lab.Knobs(match=1.0, seed=seed))
+    rates = lab.position_rates(m, 16)
+    assert rates.max() <= 1.0 and np.abs(rates - 1.0).max() <= 1e-15
+    assert lab.planner_view(m)["best_k"] == 16             # free, always-accepted drafts
+
+
+def test_rsd_siblings_past_the_draft_support_are_absent():
+    """A draft row with one token of positive mass cannot yield two distinct rsd siblings:
+    the second is absent (sample_without_replacement's -1), so the two-sibling tree's law is
+    the one-child tree's, with mass 1 (it was 0: `--certainty 0.99 --match 1` reported
+    tree_rsd_law_tv 0.5)."""
+    m = lab.build_model(lab.Knobs(certainty=0.99, match=1.0))
+    assert (m.draft[m.start] > 0).sum() == 1
+    two = R.exact_tree_law(m.target_fn(), m.draft_fn(), [-1, 0, 0], lab.V, "rsd")
+    one = R.exact_tree_law(m.target_fn(), m.draft_fn(), [-1, 0], lab.V, "rsd")
+    assert two["tv"] <= 1e-12 and abs(two["law"].sum() - 1.0) <= 1e-12
+    assert np.array_equal(two["law"], one["law"])
+    # two tokens of mass, three siblings: the third is absent, the law stays exact
+    p = np.array([0.5, 0.25, 0.25, 0.0], np.float32)
+    q = np.array([0.0, 0.75, 0.0, 0.25], np.float32)
+    three = R.exact_tree_law(lambda pre: p, lambda pre: q, [-1, 0, 0, 0], 4, "rsd")
+    assert three["tv"] <= 1e-12 and abs(three["law"].sum() - 1.0) <= 1e-12
+    checks, _ = audit.exact_law_checks(m, lab.one_token_view(m), 3)
+    assert all(c["passed"] for c in checks), [c for c in checks if not c["passed"]]
