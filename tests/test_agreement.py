@@ -8,10 +8,14 @@ Triton interpreter compute bit-identical probabilities on every row (asserted be
 """
 from __future__ import annotations
 
+import os
+
+import numpy as np
 import pytest
 import torch
 
 import specops
+from specops import reference as R
 from tests.cases import DTYPES, KINDS, case_ids, make_case, reference_output, shared_case
 from tests._rows import count_rows
 
@@ -90,3 +94,51 @@ def test_malformed_draft_probs_stay_in_range_and_agree(backend):
     assert torch.equal(got.token_ids, want.token_ids)
     assert ((got.token_ids >= -1) & (got.token_ids < 50)).all()
     assert got.valid.all()
+
+
+# ----------------------------------------------------------------------------- draw boundaries
+def _boundary_case(V, a, b, y, B=16):
+    """A residual whose integer weights are W_a = 1, W_b = 2 and 0 elsewhere (S = 3): the
+    target row is [2^-60 at a, 2^-59 at b, 2^-31 at the draft y] (mass 2^-31: valid), the
+    draft a point mass at y, so y is rejected (u < 2^-31 essentially never holds) and the
+    draw's threshold t = floor(U * 3 / 2^64) is 0, 1 or 2.  At t = 1 the cumulative weight
+    of a equals t: the contract's strict ``W_0 + ... + W_i > t`` picks b, a search that
+    compares with ``>=`` (or stops one index early) picks a."""
+    p = torch.zeros(B, 2, V)
+    p[:, 0, a], p[:, 0, b], p[:, 0, y] = 2.0 ** -60, 2.0 ** -59, 2.0 ** -31
+    p[:, 1] = 1.0 / V
+    q = torch.zeros(B, 1, V)
+    q[:, 0, y] = 1.0
+    return dict(target_probs=p, draft_token_ids=torch.full((B, 1), y), draft_probs=q,
+                seed=torch.arange(B), offset=0)
+
+
+# (V, a, b, y, Triton pipeline): the split pipeline with 16-lane chunks gets a and b in two
+# different chunks
+BOUNDARY = [pytest.param(3, 0, 1, 2, None, id="V3"),
+            pytest.param(37, 15, 16, 36, "split", id="V37-two-chunks", marks=pytest.mark.full)]
+
+
+@pytest.mark.parametrize("backend", ["reference"] + NATIVE)
+@pytest.mark.parametrize("V,a,b,y,path", BOUNDARY)
+def test_draw_threshold_on_a_cumulative_boundary(backend, V, a, b, y, path):
+    from tests._sync import triton_path
+    kw = _boundary_case(V, a, b, y)
+    B = kw["seed"].shape[0]
+    U = R.sample_uniform64(kw["seed"].numpy(), np.zeros(B, np.int64), np.zeros(B, np.int64))
+    t = [(int(u) * 3) >> 64 for u in U]
+    assert set(t) == {0, 1, 2}                           # the seeds reach the boundary (t = 1)
+    want = torch.tensor([a if ti == 0 else b for ti in t])
+    env = {"SPECOPS_TRITON_PIPELINE": path, "SPECOPS_TRITON_CHUNK": "16"} if path else {}
+    with triton_path(path):
+        old = os.environ.get("SPECOPS_TRITON_CHUNK")
+        os.environ.update({k: v for k, v in env.items() if k == "SPECOPS_TRITON_CHUNK"})
+        try:
+            out = specops.verify_block(**kw, backend=backend)
+        finally:
+            if old is None:
+                os.environ.pop("SPECOPS_TRITON_CHUNK", None)
+            else:
+                os.environ["SPECOPS_TRITON_CHUNK"] = old
+    assert out.valid.all() and (out.num_accepted == 0).all()
+    assert torch.equal(out.token_ids[:, 0].long(), want)
