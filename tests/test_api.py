@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import specops
-from specops import api
+from specops import _args
 from tests.cases import make_case
 
 BACKENDS = [b for b in ("reference", "cpu") if b in specops.available_backends()]
@@ -298,7 +298,7 @@ def test_greedy_ignores_seed(backend):
 
 # ----------------------------------------------------------------------------- op checks
 def _canonical(kind="full", V=23, K=3):
-    return api._prepare(**make_case(kind, V, K))
+    return _args.prepare(**make_case(kind, V, K)).to_op_tensors()
 
 
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
@@ -308,11 +308,11 @@ def test_opcheck_every_op(backend):
     from specops.ops import sampling_probs_op, verify_op
     # opcheck calls the op about ten times: the interpreter gets a case without filters
     a = _canonical("full" if backend == "triton" else "mixed")
-    torch.library.opcheck(verify_op, (*a, backend))
+    torch.library.opcheck(verify_op, (*a.op_args(), backend))
     B = a.num_draft.shape[0]
     forced = torch.tensor([0, 1, 3, -1, 2][:B], dtype=torch.int32)
-    torch.library.opcheck(verify_op, (*a, backend, forced))
-    rows = api._rows_to_request(a.target_row_start, a.target.shape[0], torch.device("cpu"))
+    torch.library.opcheck(verify_op, (*a.op_args(), backend, forced))
+    rows = _args.rows_to_request(a.target_row_start, a.target.shape[0], torch.device("cpu"))
     params = [t[rows] for t in (a.inv_temp, a.top_k, a.top_p, a.min_p)]
     torch.library.opcheck(sampling_probs_op, (a.target, *params, backend))
 
