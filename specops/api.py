@@ -46,6 +46,10 @@ class RatedVerifyOutput(VerifyOutput):
     read, NaN elsewhere (reference section 10).  Still unpacks as the three-tuple; copies,
     pickles, ``torch.save``, pytree maps and ``_replace`` keep ``accept_rates``."""
 
+    # A list, not a tuple: torch's pytree then flattens this class through its registration
+    # below (four children) instead of as a namedtuple of three, which loses accept_rates.
+    _fields = ["token_ids", "num_accepted", "valid", "accept_rates"]
+
     def __new__(cls, token_ids, num_accepted, valid, accept_rates):
         self = super().__new__(cls, token_ids, num_accepted, valid)
         self.accept_rates = accept_rates
@@ -58,10 +62,12 @@ class RatedVerifyOutput(VerifyOutput):
     def _make(cls, iterable):
         return cls(*iterable)
 
+    def _asdict(self):
+        return dict(zip(self._fields, (*self, self.accept_rates)))
+
     def _replace(self, **changes):
-        fields = ("token_ids", "num_accepted", "valid", "accept_rates")
-        values = dict(zip(fields, (*self, self.accept_rates)))
-        unknown = set(changes) - set(fields)
+        values = self._asdict()
+        unknown = set(changes) - set(values)
         if unknown:
             raise ValueError(f"Got unexpected field names: {sorted(unknown)!r}")
         values.update(changes)

@@ -45,10 +45,11 @@ def _from_bits(b: torch.Tensor) -> torch.Tensor:
 def _block_weights(p, q, onehot_y, rho):
     """D(x) = trunc(d * 2**60), d = rho p - max(q, 0) where rho p > q (float64; section 9);
     q None: the point mass ``onehot_y``.  p, q [..., V_local], rho [...]."""
-    pd = p.double() * rho[..., None]
+    pd = p.double().mul_(rho[..., None])          # in place: three float64 rows at most
     qd = onehot_y.double() if q is None else q.double()
-    d = torch.where(pd > qd, pd - qd.clamp(min=0.0), 0.0)
-    return (d * W_SCALE).to(torch.int64)
+    keep = pd > qd                                # NaN q: False
+    d = pd.sub_(qd.clamp_(min=0.0)).mul_(W_SCALE).masked_fill_(~keep, 0.0)
+    return d.to(torch.int64)
 
 
 class _Rows:
