@@ -376,3 +376,71 @@ def test_eager_calls_skip_the_dispatcher_only_when_nothing_watches():
     for out in (seen, profiled):
         assert torch.equal(out.token_ids, plain.token_ids)
         assert torch.equal(out.valid, plain.valid)
+
+
+# ----------------------------------------------------------------------------- users
+def test_auto_warns_once_when_it_falls_back_to_the_reference(monkeypatch):
+    """Issue 28 item 4: backend="auto" on CPU tensors runs the numpy reference when the C++
+    backend cannot run (not built, failed to load, a bad SPECOPS_CPU_ISA): exact but tens of
+    times slower, so it says so, once per process, with the reason."""
+    import sys
+    import warnings
+    from specops.backends import registry
+    monkeypatch.setattr(registry, "_warned", [])
+    monkeypatch.delitem(registry._cache, "cpu", raising=False)
+    monkeypatch.setitem(sys.modules, "specops.backends.cpu", None)    # as if not built
+    kw = base()
+    with pytest.warns(RuntimeWarning, match="numpy reference.*C\\+\\+ backend cannot run"):
+        out = specops.verify_block(**kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = specops.verify_block(**kw)
+    assert torch.equal(out.token_ids, again.token_ids)
+    assert torch.equal(out.token_ids, specops.verify_block(**kw, backend="reference").token_ids)
+    assert "cpu" not in specops.available_backends()
+    assert "specops.backends.cpu" in registry.why_unavailable("cpu")
+
+
+def test_public_names_load_on_first_use():
+    """``import specops`` imports no torch (PEP 562 attributes); every public name and
+    ``specops.distributed`` resolve from the package; the version is pyproject's."""
+    import importlib.metadata
+    import specops.distributed as sd
+    assert specops.distributed is sd
+    assert specops.distributed.verify_block is sd.verify_block
+    for name in specops.__all__:
+        if name != "generate":
+            assert getattr(specops, name) is not None, name
+    assert specops.__version__ == importlib.metadata.version("specops")
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        specops.nope
+    import ast
+    import inspect
+    tree = ast.parse(inspect.getsource(specops))
+    top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert all("torch" not in ast.dump(n) and "specops" not in ast.dump(n) for n in top)
+
+
+@pytest.mark.full
+def test_import_specops_does_not_import_torch():
+    """Issue 28 item 5, in a fresh interpreter: ``import specops`` and ``specops.cli``
+    import no torch; the first public call imports torch but not torch._dynamo."""
+    import subprocess
+    import sys
+    code = ("import sys, specops, specops.cli; assert 'torch' not in sys.modules, 'torch'; "
+            "specops.__version__; assert 'torch' not in sys.modules, 'version'; "
+            "specops.verify_block; assert 'torch._dynamo' not in sys.modules, 'dynamo'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_signatures_are_typed():
+    import typing
+    hints = typing.get_type_hints(specops.verify_block)
+    assert hints["method"] == typing.Literal["token", "block"]
+    assert hints["backend"] == typing.Literal["auto", "reference", "cpu", "triton"]
+    assert torch.Tensor in typing.get_args(hints["temperature"])
+    assert float in typing.get_args(hints["temperature"])
+    tree_hints = typing.get_type_hints(specops.verify_tree)
+    assert tree_hints["method"] == typing.Literal["rsd", "mss"]
+    import os
+    assert os.path.exists(os.path.join(os.path.dirname(specops.__file__), "py.typed"))
