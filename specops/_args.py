@@ -567,28 +567,35 @@ def check_draft_probs(a: Canonical, shard: bool = False) -> None:
     """Every draft_probs row the walk may read is a probability row: finite, every entry in
     [0, 1], summing to 1 within ``DRAFT_PROBS_TOLERANCE`` (a shard: the range only).
     ValueError naming the first bad row; a row with entries outside [0, 1] is most likely
-    logits, and the message says so."""
-    used, pos = used_draft_rows(a)
-    if not bool(used.any()):
-        return
-    lo, hi = torch.aminmax(a.draft, dim=-1)
-    bad_range = ~((lo >= 0) & (hi <= 1))                 # NaN fails both compares
-    bad = bad_range
-    if not shard:
-        total = a.draft.sum(-1)
-        bad = bad | ~((total - 1).abs() <= DRAFT_PROBS_TOLERANCE)
-    hit = used & bad[pos.clamp(0, a.draft.shape[0] - 1)]
+    logits, and the message says so.  Two passes over the rows (a sum per row, one global
+    min / max) and a handful of small ops; the search for the first bad row the walk reads
+    runs only when one of them fails (padding rows need not be probability rows)."""
+    q = a.draft
+    lo, hi = (float(v) for v in torch.aminmax(q))         # NaN shows as NaN: fails below
+    total = None if shard else q.sum(-1)
+    if lo >= 0 and hi <= 1:                               # every row, read or not, is fine
+        if shard:
+            return
+        slo, shi = (float(v) for v in torch.aminmax(total))
+        if 1 - DRAFT_PROBS_TOLERANCE <= slo and shi <= 1 + DRAFT_PROBS_TOLERANCE:
+            return
+    used, pos = used_draft_rows(a)                        # some row is not: is it read?
+    at = pos.clamp(0, q.shape[0] - 1)
+    rlo, rhi = q.amin(-1), q.amax(-1)
+    bad_range = ~((rlo >= 0) & (rhi <= 1))
+    bad = bad_range if shard else bad_range | ~((total - 1).abs() <= DRAFT_PROBS_TOLERANCE)
+    hit = used & bad[at]
     if not bool(hit.any()):
         return
     b, j = (int(v) for v in hit.nonzero()[0])
     r = int(pos[b, j])
     where = f"draft_probs row {r} (request {b}, draft position {j})"
-    if not (math.isfinite(float(lo[r])) and math.isfinite(float(hi[r]))):
+    if not (math.isfinite(float(rlo[r])) and math.isfinite(float(rhi[r]))):
         raise ValueError(f"{where} holds NaN or inf: draft_probs rows must be the "
                          "probabilities the drafts were drawn from")
     if bool(bad_range[r]):
-        raise ValueError(f"{where} has entries outside [0, 1] (min {float(lo[r]):.4g}, max "
-                         f"{float(hi[r]):.4g}): did you pass logits? use draft_logits= for "
+        raise ValueError(f"{where} has entries outside [0, 1] (min {float(rlo[r]):.4g}, max "
+                         f"{float(rhi[r]):.4g}): did you pass logits? use draft_logits= for "
                          "the draft model's logits")
     raise ValueError(f"{where} sums to {float(total[r]):.6g}, not 1 (within "
                      f"{DRAFT_PROBS_TOLERANCE}): draft_probs rows must be the probabilities "
