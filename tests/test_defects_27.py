@@ -77,20 +77,21 @@ class _LiveBytes(TorchDispatchMode):
         return out
 
 
-@pytest.mark.parametrize("method,draft", [("block", None), ("token", "probs"),
-                                          ("block", "logits")])
-def test_3_distributed_transient_memory_is_bounded(method, draft, monkeypatch):
-    """The sharded walk used to hold ~7-10x its inputs at once ([B, K, V] float64 and int64
-    temporaries of block verification, the rates and the draw): its only buffer of the rows'
-    size is now the transformed rows (float32), everything per token runs a few requests at
-    a time.  B=16, K=4, V=8192 (2.6 MB of float32 logits), with 16 KiB chunks so that the
+@pytest.mark.parametrize("method,draft,filters", [
+    ("block", None, {}), ("token", "probs", dict(top_p=0.95, top_k=50)),
+    ("block", "logits", dict(top_p=0.9))])
+def test_3_distributed_transient_memory_is_bounded(method, draft, filters, monkeypatch):
+    """The sharded walk used to hold ~2.5-10x its inputs at once ([B, K, V] float64 and int64
+    temporaries of block verification, the rates and the draw; the entries of the top-k /
+    top-p radix bucket): its only buffer of the rows' size is now the transformed rows
+    (float32), everything per token runs a few rows or requests at a time.  B=16, K=4, V=8192 (2.6 MB of float32 logits), with 16 KiB chunks so that the
     chunks' own temporaries (a few MiB at the production size) do not hide the rows'."""
     monkeypatch.setattr("specops.distributed._transform.CHUNK_ELEMENTS", 1 << 12)
     B, K, V = 16, 4, 8192
     g = torch.Generator().manual_seed(3)
     t = torch.randn(B, K + 1, V, generator=g)
     kw = dict(target_logits=t, draft_token_ids=torch.randint(0, V, (B, K), generator=g),
-              temperature=0.8, seed=torch.arange(B), offset=0)
+              temperature=0.8, seed=torch.arange(B), offset=0, **filters)
     inputs = t.numel() * 4
     if draft is not None:
         d = torch.randn(B, K, V, generator=g)

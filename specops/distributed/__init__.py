@@ -19,14 +19,12 @@ import torch
 from specops import _args
 from specops import reference as _ref
 from specops._contract import check_method
-from specops.api import (Backend, Method, PerRequest, PerRequestInt, RatedVerifyOutput,
-                         VerifyOutput)
+from specops.api import Method, PerRequest, PerRequestInt, RatedVerifyOutput, VerifyOutput
 from specops.distributed._agree import Agreement, digests
 from specops.distributed._comm import Comm, Exchange, exchanged_bytes, record_exchange
 from specops.distributed._walk import verify as _verify
 
 __all__ = ["verify_block", "record_exchange", "Exchange", "exchanged_bytes"]
-_ = Backend                     # the single-device call's backend choice does not apply here
 
 
 def verify_block(target_logits: Optional[torch.Tensor] = None,
