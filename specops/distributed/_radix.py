@@ -33,10 +33,12 @@ def unpack_max(packed: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
     return key_float(hi), M32 - (packed - hi * (1 << 32))
 
 
-def _hist(index: torch.Tensor, weights: torch.Tensor, R: int) -> torch.Tensor:
-    """[R, 256] int64: the int64 weights of each (row, digit) bin (exact integer sums)."""
+def _hist(index: torch.Tensor, weights, R: int) -> torch.Tensor:
+    """[R, 256] int64: the weights (counts if None) of each (row, digit) bin."""
+    if weights is None:
+        return torch.bincount(index, minlength=R * 256).view(R, 256)
     return torch.zeros(R * 256, dtype=torch.int64, device=index.device).index_add_(
-        0, index.reshape(-1), weights.reshape(-1)).view(R, 256)
+        0, index, weights).view(R, 256)
 
 
 def _choose(hist, above, reached):
@@ -56,8 +58,7 @@ def radix_select(comm, R: int, chunks: Chunks, reached, what: str, device):
     ``chunks()`` yields ``(r0, keys, weights)`` for consecutive row ranges of a few rows:
     keys [c, n] int32 (``signed_key`` order), weights [c, n] int64 or None to count
     entries; it is called once per round, and each round counts the entries whose higher
-    digits match those chosen so far (nothing of the rows' size is kept between rounds,
-    and no value is read on the host).  Returns (key [R] int64 in int32 range, weight of
+    digits match those chosen so far (nothing of the rows' size is kept between rounds).  Returns (key [R] int64 in int32 range, weight of
     the keys >= key [R])."""
     above = torch.zeros(R, dtype=torch.int64, device=device)
     prefix = torch.zeros(R, dtype=torch.int64, device=device)   # unsigned key order
@@ -66,11 +67,16 @@ def radix_select(comm, R: int, chunks: Chunks, reached, what: str, device):
         for r0, keys, weights in chunks():
             c = keys.shape[0]
             k = keys.to(torch.int64) + (1 << 31)
-            w = torch.ones_like(k) if weights is None else weights
-            if shift < 24:                                       # inside the chosen bucket
-                w = w * ((k >> (shift + 8)) == (prefix[r0:r0 + c, None] >> (shift + 8)))
-            rows = torch.arange(c, device=device, dtype=torch.int64)[:, None]
-            hist[r0:r0 + c] += _hist(rows * 256 + ((k >> shift) & 255), w, c)
+            if shift == 24:
+                r_i = torch.arange(c, device=device, dtype=torch.int64)[:, None]
+                index, w = r_i * 256 + (k >> 24), weights
+            else:                                                # inside the chosen bucket
+                r_i, c_i = ((k >> (shift + 8)) == (prefix[r0:r0 + c, None] >> (shift + 8))
+                            ).nonzero(as_tuple=True)
+                index = r_i * 256 + ((k[r_i, c_i] >> shift) & 255)
+                w = None if weights is None else weights[r_i, c_i]
+            hist[r0:r0 + c] += _hist(index.reshape(-1), None if w is None else w.reshape(-1),
+                                     c)
         hist = comm.all_reduce(hist, "sum", what)
         d, above, last = _choose(hist, above, reached)
         prefix = prefix | (d << shift)
