@@ -286,12 +286,12 @@ approximate division in the compiled block kernels).
 ``accept_rates`` [B, max_k] float32 holds, for every position j whose rows the verifier read,
 ``beta_j = sum_x min(p_j(x), q_j(x))`` (= 1 - TV(p_j, q_j): the probability that position j
 accepts given its prefix): the integer sum ``sum_x trunc(min(p_j(x), max(q_j(x), 0)) *
-2**60)`` (NaN q counts 0) times ``2**-60``, rounded to float32, and then at most 1
-(*Reading*: rows of mass in (0, 4] are valid, section 3, and a sum over two such rows can
-exceed 1; a rate is a probability, so it is clamped: ``min(1, beta)``).  Point-mass drafts and greedy
-requests: ``beta_j = p_j(y_j)`` (0 or 1 for greedy).  Rows read: the walk of section 1 reads
-positions ``j <= num_accepted`` (``j < kb``); block verification reads every ``j < e``.  Every
-other entry (not read, an invalid target row, a malformed request, the forced mode) is NaN.
+2**60)`` (NaN q counts 0) times ``2**-60``, rounded to float32, and then at most 1 (*Reading*:
+rows of mass in (0, 4] are valid, section 3, and a sum over two such rows can exceed 1; a rate
+is a probability, so it is clamped: ``min(1, beta)``).  Point-mass drafts and greedy requests:
+``beta_j = p_j(y_j)`` (0 or 1 for greedy).  Rows read: the walk of section 1 reads positions
+``j <= num_accepted`` (``j < kb``); block verification reads every ``j < e``.  Every other
+entry (not read, an invalid target row, a malformed request, the forced mode) is NaN.
 Computing beta needs the whole draft row at every accepted position, which the walk of
 section 1 otherwise reads only at ``y_j`` (draft probabilities): that is its cost.  (At a
 block cut on an unusable draft row, ``j = e``, beta is 0: that row was read and rejects.)

@@ -58,8 +58,8 @@ def radix_select(comm, R: int, chunks: Chunks, reached, what: str, device):
     ``chunks()`` yields ``(r0, keys, weights)`` for consecutive row ranges of a few rows:
     keys [c, n] int32 (``signed_key`` order), weights [c, n] int64 or None to count
     entries; it is called once per round, and each round counts the entries whose higher
-    digits match those chosen so far (nothing of the rows' size is kept between rounds).  Returns (key [R] int64 in int32 range, weight of
-    the keys >= key [R])."""
+    digits match those chosen so far (nothing of the rows' size is kept between rounds).
+    Returns (key [R] int64 in int32 range, weight of the keys >= key [R])."""
     above = torch.zeros(R, dtype=torch.int64, device=device)
     prefix = torch.zeros(R, dtype=torch.int64, device=device)   # unsigned key order
     for shift in (24, 16, 8, 0):
