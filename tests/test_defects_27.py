@@ -77,6 +77,7 @@ class _LiveBytes(TorchDispatchMode):
         return out
 
 
+@pytest.mark.full                  # 1-4 s each: every op of the walk through a dispatch mode
 @pytest.mark.parametrize("method,draft,filters", [
     ("block", None, {}), ("token", "probs", dict(top_p=0.95, top_k=50)),
     ("block", "logits", dict(top_p=0.9))])
