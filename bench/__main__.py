@@ -174,7 +174,7 @@ def latency_case(reps):
     """B=1, K=4, V=32000: the whole Python-to-result call, and how much of it is dispatch.
 
     Rows, each timed alone (same inputs): the public call; its argument checks
-    (``api._prepare``); the registered op ``specops::verify`` (torch.library.Library schema +
+    (``specops._args.prepare``); the registered op ``specops::verify`` (torch.library.Library schema +
     kernel, what verify_block calls); the same backend body behind a ``torch.library.custom_op``
     (the registration it replaced, for comparison); the backend function (marshalling + kernel,
     no dispatcher); the native kernel alone (``_C.verify`` on pre-marshalled pointers)."""
@@ -184,11 +184,11 @@ def latency_case(reps):
     target, dl = make_inputs(B, K, V)
     q, ids = draft_side(dl, setting, g)
     seed, offset = torch.zeros(1, dtype=torch.int64), torch.zeros(1, dtype=torch.int64)
-    from specops import _C, api
+    from specops import _C, _args
     from specops.backends import cpu as cpu_backend
     from specops.ops import verify_op
-    a = api._prepare(target, ids, q, None, None, 0.8, 0, 1.0, 0.0, None, None, seed, offset,
-                     None)
+    a = _args.prepare(target, ids, q, None, None, 0.8, 0, 1.0, 0.0, None, None, seed, offset,
+                      None).to_op_tensors()
     custom = _custom_op_twin()
     keep: list = []
     cols = tuple(cpu_backend._col(getattr(a, f), torch.int64 if f in (
@@ -207,12 +207,12 @@ def latency_case(reps):
     fns = {
         "verify_block (public call)": lambda: specops.verify_block(
             target, ids, q, temperature=0.8, seed=seed, offset=offset, backend="cpu"),
-        "argument checks only (api._prepare)": lambda: api._prepare(
+        "argument checks only (specops._args.prepare)": lambda: _args.prepare(
             target, ids, q, None, None, 0.8, 0, 1.0, 0.0, None, None, seed, offset, None),
-        "op specops::verify (torch.library.Library)": lambda: verify_op(*a, "cpu"),
-        "same body as torch.library.custom_op (replaced)": lambda: custom(*a, backend="cpu"),
+        "op specops::verify (torch.library.Library)": lambda: verify_op(*a.op_args(), "cpu"),
+        "same body as torch.library.custom_op (replaced)": lambda: custom(*a.op_args(), backend="cpu"),
         "backend function (what eager calls use; no dispatcher)": lambda: cpu_backend.verify(
-            *a),
+            *a.op_args()),
         "native kernel only (_C.verify)": native,
     }
     med = timeit(fns, reps)

@@ -134,7 +134,7 @@ def count_launches(torch_ops=True, rows=()):
                (B, "create_atomic_cas"): counted("create_atomic_cas", 0, None, 1, 1),
                (B, "create_atomic_rmw"): counted("create_atomic_rmw", 1, 3, 1, 1),
                (B, "set_grid_idx"): set_grid_idx, (G, "__call__"): call}
-    api, mode = sys.modules.get("specops.api"), None
+    api, mode = sys.modules.get("specops._args"), None
     real_mode_fn = getattr(api, "_get_current_dispatch_mode", None)
     try:
         for (cls, name), fn in patches.items():

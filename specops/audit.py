@@ -378,6 +378,7 @@ def _selfcheck_inputs():
     pt[2, 0] = 0
     pt[2, 0, 3] = 1.0                                   # one-hot target
     pd[3, 0, ids[3, 0]] = 0                             # q(y) = 0 < p(y)
+    pd[3, 0] /= pd[3, 0].sum()                          # still a probability row (checked)
     pt[3, 0, ids[3, 0]] = max(pt[3, 0, ids[3, 0]], np.float32(0.05))
     pt, pd = pt.astype(np.float32), pd.astype(np.float32)
     num_draft = np.array([K, K, 2, 3, 0, K, 1, K, K, 3, K, 2], np.int64)[:B]

@@ -1,7 +1,8 @@
 """``specops.sample_without_replacement``: reproducible sibling draws for rsd trees.
 
 Gumbel top-k in its exponential-race form: token x gets the key ``E_x / q(x)`` with
-``E_x = -log(u_x)`` an Exp(1) variable, and the k smallest keys, in increasing order, are k
+``E_x = -log(u_x)`` an Exp(1) variable (compared as ``log(E_x) - log(q(x))``, the same order,
+finite for every q(x) > 0 however small), and the k smallest keys, in increasing order, are k
 draws without replacement from q in the order sequential sampling would make them
 (Plackett-Luce).  ``u_x`` comes from the specops Philox stream (reference section 4) at
 counter ``(x, DRAFT_TAG, offset_lo, offset_hi)`` with key ``seed``: ``U = w0 | (w1 << 32)``,
@@ -17,43 +18,23 @@ devices they agree except where two keys tie to the last bit of a float64 log.
 """
 from __future__ import annotations
 
+from typing import Union
+
+import numpy as np
 import torch
 
-from specops import api as _api
-from specops import reference as _ref
+from specops import _args
+from specops._contract import philox4x32, words
+
+__all__ = ["sample_without_replacement", "philox4x32", "DRAFT_TAG"]
 
 DRAFT_TAG = 0xFFFFFFFF
-_M32 = 0xFFFFFFFF
 
 
-def _mulhilo(a: torch.Tensor, b: int):
-    """(hi, lo) 32-bit words of a * b for a, b < 2**32, in int64 without overflow."""
-    t_lo = (a & 0xFFFF) * b                    # < 2**48
-    t_hi = (a >> 16) * b                       # < 2**48
-    lo = (((t_hi & 0xFFFF) << 16) + t_lo) & _M32
-    hi = (t_hi + (t_lo >> 16)) >> 16
-    return hi, lo
-
-
-def philox4x32(c0, c1, c2, c3, k0, k1, rounds: int = _ref.PHILOX_ROUNDS):
-    """Philox4x32-R on int64 tensors holding uint32 values (broadcast); four int64 words."""
-    c0, c1, c2, c3, k0, k1 = torch.broadcast_tensors(c0, c1, c2, c3, k0, k1)
-    for r in range(rounds):
-        if r:
-            k0 = (k0 + _ref.PHILOX_W0) & _M32
-            k1 = (k1 + _ref.PHILOX_W1) & _M32
-        hi0, lo0 = _mulhilo(c0, _ref.PHILOX_M0)
-        hi1, lo1 = _mulhilo(c2, _ref.PHILOX_M1)
-        c0, c1, c2, c3 = hi1 ^ c1 ^ k0, lo1, hi0 ^ c3 ^ k1, lo0
-    return c0, c1, c2, c3
-
-
-def _words(v: torch.Tensor):
-    """int64 (two's complement) -> (low, high) uint32 words as int64."""
-    return v & _M32, (v >> 32) & _M32
-
-
-def sample_without_replacement(probs, k: int, seed, offset=0, validate=None) -> torch.Tensor:
+def sample_without_replacement(probs: torch.Tensor, k: int,
+                               seed: Union[int, torch.Tensor, np.ndarray],
+                               offset: Union[int, torch.Tensor, np.ndarray] = 0,
+                               validate: bool | None = None) -> torch.Tensor:
     """k draws without replacement from each row of ``probs`` [..., V] (float, any scale:
     NaN and negative entries count as 0), in the order sequential sampling makes them.
 
@@ -62,14 +43,15 @@ def sample_without_replacement(probs, k: int, seed, offset=0, validate=None) -> 
     [..., k]; entries past the number of tokens with positive probability are -1.  The
     siblings of an rsd tree (``specops.verify_tree(method="rsd")``) are these draws from the
     parent's draft row."""
-    _api._check_validate(validate)
-    _api._check_tensor("probs", probs, (torch.float32, torch.float64, torch.bfloat16,
+    _args.check_validate(validate)
+    _args.check_tensor("probs", probs, (torch.float32, torch.float64, torch.bfloat16,
                                         torch.float16))
     if probs.dim() < 1 or probs.shape[-1] < 1:
         raise ValueError(f"probs must have shape [..., V] with V >= 1, got "
                          f"{tuple(probs.shape)}")
     V = probs.shape[-1]
-    if isinstance(k, bool) or not isinstance(k, int) or not 1 <= k <= V:
+    if isinstance(k, (bool, np.bool_)) or not isinstance(k, (int, np.integer)) \
+            or not 1 <= k <= V:
         raise ValueError(f"k must be an int in [1, V={V}], got {k!r}")
     lead = probs.shape[:-1]
     rows = probs.reshape(-1, V).double()
@@ -81,10 +63,10 @@ def sample_without_replacement(probs, k: int, seed, offset=0, validate=None) -> 
                 raise ValueError(f"{name} must be an int or have shape {tuple(lead)}, got "
                                  f"{tuple(v.shape)}")
             v = v.reshape(-1)
-        return _api._per_request(name, v, M, torch.int64, dev, None, validate=validate)
+        return _args.per_request(name, v, M, torch.int64, dev, None, validate=validate)
 
-    s0, s1 = _words(per_row("seed", seed))
-    o0, o1 = _words(per_row("offset", offset))
+    s0, s1 = words(per_row("seed", seed))
+    o0, o1 = words(per_row("offset", offset))
     x = torch.arange(V, device=dev, dtype=torch.int64)[None, :]
     w0, w1, _, _ = philox4x32(x, torch.full_like(x, DRAFT_TAG), o0[:, None], o1[:, None],
                               s0[:, None], s1[:, None])
@@ -92,7 +74,10 @@ def sample_without_replacement(probs, k: int, seed, offset=0, validate=None) -> 
     top53 = (U >> 11) & ((1 << 53) - 1)
     u = (top53.double() + 0.5) * 2.0 ** -53
     q = torch.nan_to_num(rows, nan=0.0).clamp(min=0.0)
-    keys = torch.where(q > 0, -torch.log(u) / q, torch.full_like(q, float("inf")))
-    vals, idx = torch.topk(keys, k, dim=-1, largest=False, sorted=True)
+    # log(E / q) = log(E) - log(q): the order of E / q, finite for every q > 0 (E / q
+    # overflows to inf when q is subnormal, which used to drop such tokens)
+    keys = torch.where(q > 0, torch.log(-torch.log(u)) - torch.log(q),
+                       torch.full_like(q, float("inf")))
+    vals, idx = torch.topk(keys, int(k), dim=-1, largest=False, sorted=True)
     idx = torch.where(torch.isinf(vals), torch.full_like(idx, -1), idx)
-    return idx.reshape(*lead, k)
+    return idx.reshape(*lead, int(k))

@@ -12,8 +12,13 @@ is the whole contract.  Choices the original design left open are marked *Readin
 Request b proposed ``K_b`` draft tokens ``y_0..y_{K_b-1}``; the target scored ``K_b + 1`` rows.
 Walk ``j = 0, 1, ...``:
 
-* accept ``y_j`` iff ``u_j * q_j(y_j) < p_j(y_j)`` (strict; evaluated in float64 on the
-  float32 values; ``u_j = w0 * 2**-32``);
+* accept ``y_j`` iff ``p_j(y_j) > 0`` and ``u_j * q_j(y_j) < p_j(y_j)`` (strict; evaluated
+  in float64 on the float32 values; ``u_j = w0 * 2**-32``).  (*Reading*: ``p > 0`` changes
+  nothing for a probability row q, where ``u * q < 0`` is impossible; it makes a draft row
+  that is not one -- negative, NaN, logits passed as probabilities, unchecked under
+  ``validate=False`` or on CUDA -- unable to get a token the target gives probability 0
+  accepted.  Where values are checked the public call refuses such ``draft_probs`` rows:
+  every row the walk may read must be finite, in [0, 1] and sum to 1 within 1e-2);
 * on the first rejection emit one token drawn from the residual
   ``r_j(x) = p_j(x) - max(q_j(x), 0) if p_j(x) > q_j(x) else 0`` (float32 subtraction) and
   stop.  (*Reading*: the ``max(q, 0)`` only matters for a malformed draft row with negative
@@ -281,10 +286,12 @@ approximate division in the compiled block kernels).
 ``accept_rates`` [B, max_k] float32 holds, for every position j whose rows the verifier read,
 ``beta_j = sum_x min(p_j(x), q_j(x))`` (= 1 - TV(p_j, q_j): the probability that position j
 accepts given its prefix): the integer sum ``sum_x trunc(min(p_j(x), max(q_j(x), 0)) *
-2**60)`` (NaN q counts 0) times ``2**-60``, rounded to float32.  Point-mass drafts and greedy
-requests: ``beta_j = p_j(y_j)`` (0 or 1 for greedy).  Rows read: the walk of section 1 reads
-positions ``j <= num_accepted`` (``j < kb``); block verification reads every ``j < e``.  Every
-other entry (not read, an invalid target row, a malformed request, the forced mode) is NaN.
+2**60)`` (NaN q counts 0) times ``2**-60``, rounded to float32, and then at most 1 (*Reading*:
+rows of mass in (0, 4] are valid, section 3, and a sum over two such rows can exceed 1; a rate
+is a probability, so it is clamped: ``min(1, beta)``).  Point-mass drafts and greedy requests:
+``beta_j = p_j(y_j)`` (0 or 1 for greedy).  Rows read: the walk of section 1 reads positions
+``j <= num_accepted`` (``j < kb``); block verification reads every ``j < e``.  Every other
+entry (not read, an invalid target row, a malformed request, the forced mode) is NaN.
 Computing beta needs the whole draft row at every accepted position, which the walk of
 section 1 otherwise reads only at ``y_j`` (draft probabilities): that is its cost.  (At a
 block cut on an unusable draft row, ``j = e``, beta is 0: that row was read and rejects.)
@@ -678,15 +685,16 @@ def block_stop_probability(S: int, rho: float) -> float:
 
 
 def accept_rate(p, q, y: int, greedy: bool = False) -> np.float32:
-    """beta_j = sum_x min(p(x), max(q(x), 0)) in 2**-60 units (section 10); p(y) for
-    point-mass drafts (q None) and greedy requests."""
+    """beta_j = min(1, sum_x min(p(x), max(q(x), 0))) in 2**-60 units (section 10); p(y)
+    for point-mass drafts (q None) and greedy requests."""
     p = np.asarray(p, dtype=np.float32)
     if q is None or greedy:
         return np.float32(p[y])
     q = np.asarray(q, dtype=np.float32)
     with np.errstate(invalid="ignore"):
         m = np.where(q > 0, np.minimum(p, q), np.float32(0.0)).astype(np.float32)
-    return np.float32(float(int(integer_weights(m).sum())) * 2.0 ** -W_SCALE_BITS)
+    return min(np.float32(float(int(integer_weights(m).sum())) * 2.0 ** -W_SCALE_BITS),
+               np.float32(1.0))
 
 
 # ----------------------------------------------------------------------------- the walk
@@ -787,7 +795,8 @@ def verify_rows_ref(target, target_is_probs, target_row_start, draft_ids, draft_
                 return True, p, True
             q = draft_q(j)
             q_y = np.float32(1.0) if q is None else q[y]
-            return bool(accept_uniform(sd, off, j) * np.float64(q_y) < np.float64(p_y)), p, True
+            return bool(np.float64(p_y) > 0 and
+                        accept_uniform(sd, off, j) * np.float64(q_y) < np.float64(p_y)), p, True
 
         def sample_at(j, p):
             """The token of the sampled position j: the residual draw after a rejection

@@ -1,6 +1,6 @@
 """``specops.verify_tree``: exact verification of a draft tree (reference section 11).
 
-The checks follow ``specops.verify_block``'s rules (``specops.api``): types, shapes, dtypes
+The checks follow ``specops.verify_block``'s rules (``specops._args``): types, shapes, dtypes
 and devices always; values as ``validate`` allows (``None``: CPU tensors and Python scalars,
 ``True``: everything, which synchronises on CUDA, ``False``: nothing).  What is not checked
 on the host the backends guard: a malformed request emits -1, ``valid = False``, and nothing
@@ -8,12 +8,14 @@ is read out of bounds.
 """
 from __future__ import annotations
 
-from typing import NamedTuple
+from typing import Literal, NamedTuple, Optional
 
 import torch
 
-from specops import api as _api
+from specops import _args
 from specops import reference as _ref
+from specops._contract import TREE_METHODS, check_method
+from specops.api import Backend, PerRequest, PerRequestInt
 from specops.backends import registry
 from specops.ops import verify_tree as _op
 
@@ -67,10 +69,18 @@ def _check_tree(node_ids, parents, num_nodes, V: int, max_depth, depth):
                          f"({int(depth.max())})")
 
 
-def verify_tree(target_logits=None, node_token_ids=None, parent_ids=None, draft_probs=None, *,
-                target_probs=None, draft_logits=None, method="rsd", temperature=1.0, top_k=0,
-                top_p=1.0, min_p=0.0, num_nodes=None, max_depth=None, seed=None, offset=None,
-                generator=None, backend="auto", validate=None) -> TreeVerifyOutput:
+def verify_tree(target_logits: Optional[torch.Tensor] = None,
+                node_token_ids: Optional[torch.Tensor] = None,
+                parent_ids: Optional[torch.Tensor] = None,
+                draft_probs: Optional[torch.Tensor] = None, *,
+                target_probs: Optional[torch.Tensor] = None,
+                draft_logits: Optional[torch.Tensor] = None,
+                method: Literal["rsd", "mss"] = "rsd", temperature: PerRequest = 1.0,
+                top_k: PerRequestInt = 0, top_p: PerRequest = 1.0, min_p: PerRequest = 0.0,
+                num_nodes: Optional[PerRequestInt] = None, max_depth: Optional[int] = None,
+                seed: Optional[PerRequestInt] = None, offset: Optional[PerRequestInt] = None,
+                generator: Optional[torch.Generator] = None, backend: Backend = "auto",
+                validate: Optional[bool] = None) -> TreeVerifyOutput:
     """Verify a batch of draft trees exactly (reference section 11).
 
     Per request b, nodes 0..N-1 (node 0 the root: the last committed token, its id ignored).
@@ -93,11 +103,25 @@ def verify_tree(target_logits=None, node_token_ids=None, parent_ids=None, draft_
     Returns ``TreeVerifyOutput(token_ids [B, D+1] int32, num_accepted [B] int32,
     accepted_nodes [B, D] int32, valid [B] bool)``.
     """
-    _api._check_validate(validate)
-    if not isinstance(method, str) or method not in _op.METHODS:
-        raise ValueError(f"method must be 'rsd' or 'mss', got {method!r}")
-    target, tname, is_probs = _api.pick_target(target_logits, target_probs, draft_probs,
-                                               draft_logits, (3,))
+    a = prepare_tree(target_logits, node_token_ids, parent_ids, draft_probs, target_probs,
+                     draft_logits, method, temperature, top_k, top_p, min_p, num_nodes,
+                     max_depth, seed, offset, generator, validate)
+    name = registry.resolve(backend, a.target.device)
+    if _args.eager_direct():
+        return TreeVerifyOutput(*_op.run(*a.op_args(), name))
+    return TreeVerifyOutput(*_op.verify_tree_op(*a.to_op_tensors().op_args(), name))
+
+
+def prepare_tree(target_logits=None, node_token_ids=None, parent_ids=None, draft_probs=None,
+                 target_probs=None, draft_logits=None, method="rsd", temperature=1.0, top_k=0,
+                 top_p=1.0, min_p=0.0, num_nodes=None, max_depth=None, seed=None,
+                 offset=None, generator=None, validate=None) -> _args.TreeCanonical:
+    """Check everything ``validate`` allows and return the arguments of
+    ``specops::verify_tree`` (scalar parameters as Python numbers: ``to_op_tensors``)."""
+    _args.check_validate(validate)
+    check_method(method, TREE_METHODS)
+    target, tname, is_probs = _args.pick_target(target_logits, target_probs, draft_probs,
+                                                draft_logits, (3,))
     device = target.device
     B, N, V = target.shape
     if N < 1 or not 1 <= V <= _ref.MAX_VOCAB:
@@ -106,60 +130,41 @@ def verify_tree(target_logits=None, node_token_ids=None, parent_ids=None, draft_
     for name, t in (("node_token_ids", node_token_ids), ("parent_ids", parent_ids)):
         if t is None:
             raise ValueError(f"{name} is required")
-        _api._check_tensor(name, t, _api.ID_DTYPES, (2,), device)
+        _args.check_tensor(name, t, _args.ID_DTYPES, (2,), device)
         if tuple(t.shape) != (B, N):
             raise ValueError(f"{name} must have shape [B, N] = [{B}, {N}] to match {tname} "
                              f"{tuple(target.shape)}, got {tuple(t.shape)}")
     draft = draft_probs if draft_probs is not None else draft_logits
     dname = "draft_probs" if draft_probs is not None else "draft_logits"
     if draft is not None:
-        _api._check_tensor(dname, draft, (torch.float32,) if draft_probs is not None
-                           else _api.LOGIT_DTYPES, (3,), device)
+        _args.check_tensor(dname, draft, (torch.float32,) if draft_probs is not None
+                           else _args.LOGIT_DTYPES, (3,), device)
         if tuple(draft.shape) != (B, N, V):
             raise ValueError(f"{dname} must have shape [B, N, V] = [{B}, {N}, {V}], got "
                              f"{tuple(draft.shape)}")
-    if num_nodes is None:
-        num = _api._const_vec(N, B, torch.int64, device)
-    else:
-        num = _api._per_request("num_nodes", num_nodes, B, torch.int64, device,
-                                _api._Range(1, N, False, False, f"in [1, N={N}]"),
-                                validate=validate)
-    reads = _api._reads(validate, parent_ids) and _api._reads(validate, node_token_ids)
+    num = _args.per_request("num_nodes", N if num_nodes is None else num_nodes, B,
+                            torch.int64, device, _args.Range(1, N, False, False,
+                                                             f"in [1, N={N}]"),
+                            validate=validate)
+    reads = _args.may_read(validate, parent_ids) and _args.may_read(validate, node_token_ids)
     depth = tree_depth(parent_ids, num) if (reads or max_depth is None) else None
     if max_depth is None:
-        if _api._tracing() or validate is False:
+        if _args.tracing() or validate is False:
             raise ValueError("verify_tree needs max_depth with validate=False, under "
                              "torch.compile or CUDA-graph capture (the output width must not "
                              "depend on tensor values)")
         max_depth = int(depth.max()) if B > 0 else 0
     else:
-        max_depth = _api._scalar("max_depth", max_depth, torch.int64,
-                                 _api._Range(0, N - 1, False, False, f"in [0, N-1={N - 1}]"))
+        max_depth = _args.scalar("max_depth", max_depth, torch.int64,
+                                 _args.Range(0, N - 1, False, False, f"in [0, N-1={N - 1}]"))
     if reads and B > 0:
         _check_tree(node_token_ids, parent_ids, num, V, max_depth, depth)
-    inv_temp, top_k_t, top_p_t, min_p_t, all_greedy = _api._params(
-        temperature, top_k, top_p, min_p, B, device, is_probs, validate)
-    seed_t, offset_t = _api._seeds(seed, offset, generator, B, device, all_greedy, validate)
-    rows = target.reshape(B * N, V)
-    if rows.stride(-1) != 1:
-        rows = rows.contiguous()
-    drows = None
-    if draft is not None:
-        drows = draft.reshape(B * N, V)
-        if drows.stride(-1) != 1:
-            drows = drows.contiguous()
-    name = registry.resolve(backend, device)
-    args = (rows, is_probs, node_token_ids.long(), parent_ids.long(), num, drows,
-            draft_probs is not None, inv_temp, top_k_t, top_p_t, min_p_t, seed_t, offset_t,
-            int(max_depth), method)
-    if _api._eager_direct():
-        return TreeVerifyOutput(*_op.run(*args, name))
-    fix = [a if isinstance(a, torch.Tensor) or a is None or isinstance(a, (bool, str))
-           or i == 13 else _api._const_vec(a, B, dt, device)
-           for i, (a, dt) in enumerate(zip(args, _ARG_DTYPES))]
-    return TreeVerifyOutput(*_op.verify_tree_op(*fix, name))
-
-
-# dtype of each op argument when it arrives as a Python scalar (None: never a scalar)
-_ARG_DTYPES = (None, None, None, None, None, None, None, torch.float32, torch.int64,
-               torch.float32, torch.float32, torch.int64, torch.int64, None, None)
+    params = _args.sampling_params(temperature, top_k, top_p, min_p, B, device, is_probs,
+                                   validate)
+    seed_t, offset_t = _args.seeds(seed, offset, generator, B, device, params.all_greedy,
+                                   validate)
+    drows = None if draft is None else _args.rows(draft.reshape(B * N, V))
+    return _args.TreeCanonical(
+        _args.rows(target.reshape(B * N, V)), is_probs, node_token_ids.long(),
+        parent_ids.long(), num, drows, draft_probs is not None, params.inv_temp,
+        params.top_k, params.top_p, params.min_p, seed_t, offset_t, int(max_depth), method)

@@ -2,6 +2,7 @@
 its vocabulary shard with ``specops.distributed.verify_block`` and saves what it got."""
 from __future__ import annotations
 
+import datetime
 import os
 import traceback
 
@@ -32,8 +33,9 @@ def shard(kw: dict, start: int, width: int) -> dict:
 
 
 def run(rank: int, world: int, init_file: str, cases_file: str, out_file: str):
+    # a collective that no other rank joins fails after a minute instead of half an hour
     dist.init_process_group("gloo", init_method=f"file://{init_file}", rank=rank,
-                            world_size=world)
+                            world_size=world, timeout=datetime.timedelta(seconds=60))
     import specops.distributed as sd
     from specops.distributed._comm import Comm
     cases = torch.load(cases_file, weights_only=False)

@@ -107,14 +107,14 @@ def test_api_checks_and_output_type():
 @pytest.mark.skipif("cpu" not in specops.available_backends(), reason="C++ backend not built")
 @pytest.mark.parametrize("method,rates", [("block", False), ("block", True), ("token", True)])
 def test_verify_method_opcheck(method, rates):
-    from specops.api import _prepare
+    from specops._args import prepare
     kw = make_case("full", 30, 3, B=4)
     # q = the target's own probabilities: every draft is accepted, so no rate is NaN (the
     # opcheck compares outputs with NaN != NaN)
     kw["draft_probs"] = specops.sampling_probs(kw["target_logits"][:, :3])[0]
-    a = _prepare(**kw)
+    a = prepare(**kw).to_op_tensors()
     torch.library.opcheck(torch.ops.specops.verify_method.default,
-                          (*a, "cpu", method, rates))
+                          (*a.op_args(), "cpu", method, rates))
 
 
 @pytest.mark.skipif("cpu" not in specops.available_backends(), reason="C++ backend not built")

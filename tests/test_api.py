@@ -5,7 +5,7 @@ import pytest
 import torch
 
 import specops
-from specops import api
+from specops import _args
 from tests.cases import make_case
 
 BACKENDS = [b for b in ("reference", "cpu") if b in specops.available_backends()]
@@ -298,7 +298,7 @@ def test_greedy_ignores_seed(backend):
 
 # ----------------------------------------------------------------------------- op checks
 def _canonical(kind="full", V=23, K=3):
-    return api._prepare(**make_case(kind, V, K))
+    return _args.prepare(**make_case(kind, V, K)).to_op_tensors()
 
 
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
@@ -308,11 +308,11 @@ def test_opcheck_every_op(backend):
     from specops.ops import sampling_probs_op, verify_op
     # opcheck calls the op about ten times: the interpreter gets a case without filters
     a = _canonical("full" if backend == "triton" else "mixed")
-    torch.library.opcheck(verify_op, (*a, backend))
+    torch.library.opcheck(verify_op, (*a.op_args(), backend))
     B = a.num_draft.shape[0]
     forced = torch.tensor([0, 1, 3, -1, 2][:B], dtype=torch.int32)
-    torch.library.opcheck(verify_op, (*a, backend, forced))
-    rows = api._rows_to_request(a.target_row_start, a.target.shape[0], torch.device("cpu"))
+    torch.library.opcheck(verify_op, (*a.op_args(), backend, forced))
+    rows = _args.rows_to_request(a.target_row_start, a.target.shape[0], torch.device("cpu"))
     params = [t[rows] for t in (a.inv_temp, a.top_k, a.top_p, a.min_p)]
     torch.library.opcheck(sampling_probs_op, (a.target, *params, backend))
 
@@ -376,3 +376,71 @@ def test_eager_calls_skip_the_dispatcher_only_when_nothing_watches():
     for out in (seen, profiled):
         assert torch.equal(out.token_ids, plain.token_ids)
         assert torch.equal(out.valid, plain.valid)
+
+
+# ----------------------------------------------------------------------------- users
+def test_auto_warns_once_when_it_falls_back_to_the_reference(monkeypatch):
+    """Issue 28 item 4: backend="auto" on CPU tensors runs the numpy reference when the C++
+    backend cannot run (not built, failed to load, a bad SPECOPS_CPU_ISA): exact but tens of
+    times slower, so it says so, once per process, with the reason."""
+    import sys
+    import warnings
+    from specops.backends import registry
+    monkeypatch.setattr(registry, "_warned", [])
+    monkeypatch.delitem(registry._cache, "cpu", raising=False)
+    monkeypatch.setitem(sys.modules, "specops.backends.cpu", None)    # as if not built
+    kw = base()
+    with pytest.warns(RuntimeWarning, match="numpy reference.*C\\+\\+ backend cannot run"):
+        out = specops.verify_block(**kw)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        again = specops.verify_block(**kw)
+    assert torch.equal(out.token_ids, again.token_ids)
+    assert torch.equal(out.token_ids, specops.verify_block(**kw, backend="reference").token_ids)
+    assert "cpu" not in specops.available_backends()
+    assert "specops.backends.cpu" in registry.why_unavailable("cpu")
+
+
+def test_public_names_load_on_first_use():
+    """``import specops`` imports no torch (PEP 562 attributes); every public name and
+    ``specops.distributed`` resolve from the package; the version is pyproject's."""
+    import importlib.metadata
+    import specops.distributed as sd
+    assert specops.distributed is sd
+    assert specops.distributed.verify_block is sd.verify_block
+    for name in specops.__all__:
+        if name != "generate":
+            assert getattr(specops, name) is not None, name
+    assert specops.__version__ == importlib.metadata.version("specops")
+    with pytest.raises(AttributeError, match="no attribute 'nope'"):
+        specops.nope
+    import ast
+    import inspect
+    tree = ast.parse(inspect.getsource(specops))
+    top = [n for n in tree.body if isinstance(n, (ast.Import, ast.ImportFrom))]
+    assert all("torch" not in ast.dump(n) and "specops" not in ast.dump(n) for n in top)
+
+
+@pytest.mark.full
+def test_import_specops_does_not_import_torch():
+    """Issue 28 item 5, in a fresh interpreter: ``import specops`` and ``specops.cli``
+    import no torch; the first public call imports torch but not torch._dynamo."""
+    import subprocess
+    import sys
+    code = ("import sys, specops, specops.cli; assert 'torch' not in sys.modules, 'torch'; "
+            "specops.__version__; assert 'torch' not in sys.modules, 'version'; "
+            "specops.verify_block; assert 'torch._dynamo' not in sys.modules, 'dynamo'")
+    subprocess.run([sys.executable, "-c", code], check=True)
+
+
+def test_signatures_are_typed():
+    import typing
+    hints = typing.get_type_hints(specops.verify_block)
+    assert hints["method"] == typing.Literal["token", "block"]
+    assert hints["backend"] == typing.Literal["auto", "reference", "cpu", "triton"]
+    assert torch.Tensor in typing.get_args(hints["temperature"])
+    assert float in typing.get_args(hints["temperature"])
+    tree_hints = typing.get_type_hints(specops.verify_tree)
+    assert tree_hints["method"] == typing.Literal["rsd", "mss"]
+    import os
+    assert os.path.exists(os.path.join(os.path.dirname(specops.__file__), "py.typed"))

@@ -93,6 +93,21 @@ def special():
      dict(rank_args={1: dict(num_draft_tokens=torch.tensor([1, 1]))})),
     ("overlapping-shards", make_case("full", 7, 2), dict(rank_args={0: dict(vocab_start=1)})),
     ("unchecked", make_case("mixed", 1000, 4), dict(validate=False, vocab_size=1000)),
+    ("disagree-ids", dict(make_case("full", 7, 2),                  # V is known only
+                          draft_token_ids=torch.tensor([[1, 7], [0, 2], [3, 3]])), {}),
+    *[(f"disagree-{name}", make_case("full", 7, 2), dict(rank_args={1: args}))
+      for name, args in (("vocab_size", dict(vocab_size=8)),
+                         ("top_k", dict(top_k=5)),
+                         ("top_p", dict(top_p=0.9)),
+                         ("method", dict(method="block")),
+                         ("return_accept_rates", dict(return_accept_rates=True)),
+                         ("seed_none", dict(seed=None)),
+                         ("seed", dict(seed=torch.tensor([5, 6, 7]))),
+                         ("offset", dict(offset=3)),
+                         ("temperature", dict(temperature=0.5)),
+                         ("draft_token_ids", dict(draft_token_ids=torch.tensor(
+                             [[1, 2], [0, 2], [3, 3]]))),
+                         ("num_draft_tokens", dict(num_draft_tokens=torch.tensor([1, 2, 2]))))],
     ("stat", _stat_case(), {}),
     ("stat-local-reads", _stat_case(), dict(control="local_reads")),
     ]
@@ -162,6 +177,30 @@ def test_one_rank_refused_raises_everywhere(ranks, world, case):
     errors = [ranks[world][r][case].get("error", "") for r in range(world)]
     assert errors[1].startswith("ValueError"), errors
     assert all(e.startswith("ValueError") for e in errors), errors
+
+
+DISAGREE = {"ids": r"draft_token_ids must be in \[-1, V=7\)",
+            "vocab_size": "different vocab_size", "top_k": "different top_k",
+            "top_p": "different top_p", "method": "different method",
+            "return_accept_rates": "different return_accept_rates",
+            "seed_none": r"different seed \(given or not\)", "seed": "different seed",
+            "offset": "different offset", "temperature": "different temperature",
+            "draft_token_ids": "different draft_token_ids",
+            "num_draft_tokens": "different cu_num_draft_tokens / num_draft_tokens"}
+
+
+@pytest.mark.parametrize("world", WORLDS)
+@pytest.mark.parametrize("case", sorted(DISAGREE))
+def test_ranks_that_disagree_raise_everywhere(ranks, world, case):
+    """Issue 27, defect 2: an argument refused on one rank only (an id >= V, known only after
+    the shard exchange), or individually valid arguments that differ between ranks, used to
+    raise on one rank while the others went on into the collectives (a hang or an abort),
+    or to return different tokens per rank.  Every rank now raises ValueError naming the
+    argument, from the first exchange."""
+    import re
+    errors = [ranks[world][r][f"disagree-{case}"].get("error", "") for r in range(world)]
+    assert all(e.startswith("ValueError") and re.search(DISAGREE[case], e) for e in errors), \
+        errors
 
 
 @pytest.mark.parametrize("world", WORLDS)

@@ -46,8 +46,8 @@ def block_mass(t_row, q_row, V, y, rho, inv_t, t_stats, q_stats, T_PROBS: tl.con
 @triton.jit
 def accept_rate(t_row, q_row, V, y, inv_t, t_stats, q_stats, T_PROBS: tl.constexpr,
                 Q_MODE: tl.constexpr, BLOCK_V: tl.constexpr):
-    """beta = float32(sum trunc(min(p, max(q, 0)) * 2**60) * 2**-60); p(y) for point-mass
-    drafts (Q_MODE 0)."""
+    """beta = min(1, float32(sum trunc(min(p, max(q, 0)) * 2**60) * 2**-60)); p(y) for
+    point-mass drafts (Q_MODE 0)."""
     if Q_MODE == 0:
         rate = prob_at(t_row, y, inv_t, t_stats, T_PROBS)
     else:
@@ -60,5 +60,5 @@ def accept_rate(t_row, q_row, V, y, inv_t, t_stats, q_stats, T_PROBS: tl.constex
             q = probs_tile(q_row, idx, msk, inv_t, q_stats, Q_MODE == 1)
             m = tl.where(q > 0.0, tl.minimum(p, q), 0.0)
             total += tl.sum((m * W_SCALE).to(tl.int64), axis=0)
-        rate = (total.to(tl.float64) * W_UNIT).to(tl.float32)
+        rate = tl.minimum((total.to(tl.float64) * W_UNIT).to(tl.float32), 1.0)  # section 10
     return rate

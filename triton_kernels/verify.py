@@ -41,7 +41,8 @@ def _draw(t_row, q_row, V, y, j, req, t_stats, q_ok, q_stats,
 @triton.jit
 def _accept_test(t_row, q_row, y, j, req, t_stats, q_ok, q_stats,
                  T_PROBS: tl.constexpr, Q_MODE: tl.constexpr):
-    """u_j * q_j(y) < p_j(y) in float64 (q = 1 for a point-mass draft; NaN rejects)."""
+    """p_j(y) > 0 and u_j * q_j(y) < p_j(y) in float64 (q = 1 for a point-mass draft; NaN
+    rejects; p > 0 keeps an unchecked negative q from accepting a token of probability 0)."""
     inv_t, top_k, top_p, min_p, seed, offset = req
     p_y = prob_at(t_row, y, inv_t, t_stats, T_PROBS).to(tl.float64)
     u = accept_uniform(seed, offset, j)
@@ -51,7 +52,7 @@ def _accept_test(t_row, q_row, y, j, req, t_stats, q_ok, q_stats,
         q_y = prob_at(q_row, y, inv_t, q_stats, Q_MODE == 1)
         if Q_MODE == 2:
             q_y = tl.where(q_ok, q_y, float("nan"))
-        accepted = u * q_y.to(tl.float64) < p_y
+        accepted = (u * q_y.to(tl.float64) < p_y) & (p_y > 0)
     return accepted
 
 

@@ -2,6 +2,8 @@
 // mass runs as the active ISA's pass (simd/passes.cpp), the scan as draw.h's find_in_blocks.
 #include "verify/block_rows.h"
 
+#include <algorithm>
+
 #include "core/float_bits.h"
 #include "draw/draw.h"
 #include "simd/passes.h"
@@ -48,7 +50,7 @@ int64_t block_draw(const float* p, const float* q, int64_t y, double rho, int64_
 
 float accept_rate(const float* p, const float* q, int64_t V, Work& w) {
   const uint64_t S = passes().min_mass(p, q, grow(w.r, V), V);
-  return float(double(int64_t(S)) * 0x1p-60);
+  return std::min(float(double(int64_t(S)) * 0x1p-60), 1.0f);   // at most 1 (section 10)
 }
 
 }  // namespace specops

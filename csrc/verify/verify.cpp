@@ -164,8 +164,9 @@ class Walk {
     }
   }
 
-  // Accept y_j iff u_j * q_j(y_j) < p_j(y_j) (greedy: iff y_j is the argmax).  With target
-  // probabilities only p_j(y_j) is read here.
+  // Accept y_j iff p_j(y_j) > 0 and u_j * q_j(y_j) < p_j(y_j) (greedy: iff y_j is the
+  // argmax; p > 0 keeps an unchecked negative q from accepting a token of probability 0).
+  // With target probabilities only p_j(y_j) is read here.
   Verdict accept_test(Position& pos) {
     float p_y;
     if (r_.greedy || !a_.target_is_probs) {
@@ -177,7 +178,8 @@ class Walk {
     }
     read_draft(pos);
     const double u = accept_uniform(r_.seed, r_.offset, uint64_t(pos.j));
-    return u * double(pos.q_y) < double(p_y) ? Verdict::kAccept : Verdict::kReject;
+    return p_y > 0.0f && u * double(pos.q_y) < double(p_y) ? Verdict::kAccept
+                                                           : Verdict::kReject;
   }
 
   // After a rejection at j: a draw from the residual of p_j and q_j (greedy: the argmax).

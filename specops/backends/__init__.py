@@ -1,9 +1,11 @@
 """Backends: one module per backend, each exposing the same two functions on torch tensors.
 
 This is the internal interface between the torch custom ops (``specops/ops/``) and the
-kernels.  The public layer (``specops.api``) has already checked every argument and turned
-both public layouts into this canonical flattened one, so a backend never sees a wrong shape
-or dtype.  Values may be unchecked (``validate=False``, CUDA tensors, tracing): every backend
+kernels.  The argument layer (``specops._args``) has already checked every argument and
+turned both public layouts into this canonical flattened one, so a backend never sees a wrong
+shape or dtype; the ops (``specops/ops/_preconditions.py``) guarantee ``max_k >= 0`` and
+``max_depth >= 0``, a known ``method``, and the forced mode only with ``method="token"``, so no
+backend defines behaviour outside those.  Values may be unchecked (``validate=False``, CUDA tensors, tracing): every backend
 applies the reference's guards (section 8: a malformed request emits nothing) and never reads
 out of bounds (it checks every row index against N / T, section 7).
 

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import importlib
 import os
+import warnings
+from typing import Optional
 
 import torch
 
@@ -15,6 +17,7 @@ _HOW_TO_GET = {
               "TRITON_INTERPRET=1 before importing triton to run the kernels on CPU",
 }
 _cache: dict = {}
+_warned = []                # the fallback warning, once per process
 
 
 class BackendUnavailable(RuntimeError):
@@ -35,22 +38,28 @@ def load(name: str):
     return _cache[name]
 
 
-def is_available(name: str, device: str = "cpu") -> bool:
+def why_unavailable(name: str, device: str = "cpu") -> Optional[str]:
+    """None if backend ``name`` runs on ``device`` ("cpu" or "cuda") here, else why not
+    (a missing or unloadable extension, a bad ``SPECOPS_CPU_ISA``, no interpreter...)."""
     if name == "triton" and device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
-        return False
-    if name == "cpu" and device != "cpu":
-        return False
+        return "Triton on CPU tensors needs TRITON_INTERPRET=1 set before triton is imported"
+    if name in ("cpu", "reference") and device != "cpu":
+        return f"backend {name!r} runs on CPU tensors only"
     try:
         load(name)
-    except (BackendUnavailable, RuntimeError):
-        return False
-    return True
+    except (BackendUnavailable, RuntimeError, ValueError) as exc:
+        return str(exc)
+    return None
+
+
+def is_available(name: str, device: str = "cpu") -> bool:
+    return why_unavailable(name, device) is None
 
 
 def available_backends(device: str = "cpu") -> list:
-    """Backends that can run on `device` ("cpu" or "cuda") in this process."""
-    return [b for b in BACKENDS if is_available(b, device)
-            and not (b == "reference" and device != "cpu")]
+    """Backends that can run on `device` ("cpu" or "cuda") in this process
+    (``why_unavailable`` says why the others cannot)."""
+    return [b for b in BACKENDS if is_available(b, device)]
 
 
 def resolve(backend: str, device: torch.device) -> str:
@@ -60,14 +69,20 @@ def resolve(backend: str, device: torch.device) -> str:
     return _resolve(backend, device.type)
 
 
-@torch.compiler.assume_constant_result
 def _resolve(backend: str, dev: str) -> str:
     # Imports backends: run eagerly even under torch.compile (the answer is a constant).
     if backend == "auto":
         if dev == "cuda":
             load("triton")
             return "triton"
-        return "cpu" if is_available("cpu") else "reference"
+        reason = why_unavailable("cpu")
+        if reason is not None and not _warned:
+            _warned.append(reason)
+            warnings.warn("specops: backend='auto' runs the numpy reference on CPU tensors "
+                          "(exact, but tens of times slower than the C++ backend) because "
+                          f"the C++ backend cannot run: {reason}", RuntimeWarning,
+                          stacklevel=4)
+        return "reference" if reason is not None else "cpu"
     if backend not in BACKENDS:
         raise ValueError(f"backend must be one of 'auto', {', '.join(map(repr, BACKENDS))}; "
                          f"got {backend!r}")
@@ -80,3 +95,9 @@ def _resolve(backend: str, dev: str) -> str:
                                  "set before triton is imported (the Triton interpreter)")
     load(backend)
     return backend
+
+
+# What ``torch.compiler.assume_constant_result`` does (tests/test_contract.py checks that it
+# still is), without importing torch._dynamo at ``import specops`` (it doubles the import
+# time): under torch.compile ``_resolve`` runs eagerly and its answer is a constant.
+_resolve._dynamo_marked_constant = True

@@ -39,6 +39,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 import torch
 
+from specops._cache import const_vec
+
 try:
     from specops import triton_kernels as _K
 except ModuleNotFoundError as exc:
@@ -61,22 +63,11 @@ def _check_device(t):
             "on CUDA tensors only" % t.device)
 
 
-_FILLS: dict = {}
-
-
 def _fill(value, n, dtype, device):
-    """A [n] tensor of one Python number, cached: a steady-state eager call with scalar
-    parameters then launches nothing but the kernels (never written: kernels only read
-    their inputs).  Not cached while a CUDA graph is being captured."""
-    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
-        return torch.full((n,), value, dtype=dtype, device=device)
-    key = (type(value), value, n, dtype, device)
-    hit = _FILLS.get(key)
-    if hit is None:
-        if len(_FILLS) > 256:
-            _FILLS.clear()
-        hit = _FILLS[key] = torch.full((n,), value, dtype=dtype, device=device)
-    return hit
+    """A [n] tensor of one Python number, cached (``specops._cache``: not while a graph is
+    traced or captured): a steady-state eager call with scalar parameters then launches
+    nothing but the kernels (never written: kernels only read their inputs)."""
+    return const_vec(value, n, dtype, device)
 
 
 def _i64(t, n=0, device=None):

@@ -55,34 +55,29 @@ Chunks = Callable[[], Iterator[Tuple[int, torch.Tensor, object]]]
 def radix_select(comm, R: int, chunks: Chunks, reached, what: str, device):
     """Per row, the largest key k such that ``reached(total weight of keys >= k)`` (a
     monotone test) holds, 8 bits per round with one [R, 256] sum-reduction each.
-    ``chunks()`` yields ``(r0, keys, weights)`` for consecutive row ranges: keys [c, n] int32
-    (``signed_key`` order), weights [c, n] int64 or None to count entries; it is called
-    twice (the first round, then keeping only the entries of the chosen bucket).  Returns
-    (key [R] int64 in int32 range, weight of the keys >= key [R])."""
-    hist = torch.zeros((R, 256), dtype=torch.int64, device=device)
-    for r0, keys, weights in chunks():
-        c = keys.shape[0]
-        rows = torch.arange(c, device=device, dtype=torch.int32)[:, None]
-        hist[r0:r0 + c] += _hist((rows * 256 + (keys >> 24) + 128).reshape(-1),
-                                 None if weights is None else weights.reshape(-1), c)
-    hist = comm.all_reduce(hist, "sum", what)
-    d, above, last = _choose(hist, torch.zeros(R, dtype=torch.int64, device=device), reached)
-    prefix = d << 24
-    parts = []
-    for r0, keys, weights in chunks():
-        c = keys.shape[0]
-        r_i, c_i = (((keys >> 24) + 128) == d[r0:r0 + c, None]).nonzero(as_tuple=True)
-        parts.append((r_i + r0, keys[r_i, c_i].to(torch.int64) + (1 << 31),
-                      None if weights is None else weights[r_i, c_i]))
-    r_i = torch.cat([q[0] for q in parts])
-    k = torch.cat([q[1] for q in parts])                   # unsigned order from here on
-    w = None if parts[0][2] is None else torch.cat([q[2] for q in parts])
-    for shift in (16, 8, 0):
-        digit = (k >> shift) & 255
-        hist = comm.all_reduce(_hist(r_i * 256 + digit, w, R), "sum", what)
+    ``chunks()`` yields ``(r0, keys, weights)`` for consecutive row ranges of a few rows:
+    keys [c, n] int32 (``signed_key`` order), weights [c, n] int64 or None to count
+    entries; it is called once per round, and each round counts the entries whose higher
+    digits match those chosen so far (nothing of the rows' size is kept between rounds).
+    Returns (key [R] int64 in int32 range, weight of the keys >= key [R])."""
+    above = torch.zeros(R, dtype=torch.int64, device=device)
+    prefix = torch.zeros(R, dtype=torch.int64, device=device)   # unsigned key order
+    for shift in (24, 16, 8, 0):
+        hist = torch.zeros((R, 256), dtype=torch.int64, device=device)
+        for r0, keys, weights in chunks():
+            c = keys.shape[0]
+            k = keys.to(torch.int64) + (1 << 31)
+            if shift == 24:
+                r_i = torch.arange(c, device=device, dtype=torch.int64)[:, None]
+                index, w = r_i * 256 + (k >> 24), weights
+            else:                                                # inside the chosen bucket
+                r_i, c_i = ((k >> (shift + 8)) == (prefix[r0:r0 + c, None] >> (shift + 8))
+                            ).nonzero(as_tuple=True)
+                index = r_i * 256 + ((k[r_i, c_i] >> shift) & 255)
+                w = None if weights is None else weights[r_i, c_i]
+            hist[r0:r0 + c] += _hist(index.reshape(-1), None if w is None else w.reshape(-1),
+                                     c)
+        hist = comm.all_reduce(hist, "sum", what)
         d, above, last = _choose(hist, above, reached)
         prefix = prefix | (d << shift)
-        same = digit == d[r_i]
-        r_i, k = r_i[same], k[same]
-        w = None if w is None else w[same]
     return prefix - (1 << 31), above + last

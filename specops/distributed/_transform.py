@@ -9,11 +9,12 @@ time, so that each chain of operations stays in cache (about 6x faster than whol
 """
 from __future__ import annotations
 
-from typing import List, NamedTuple, Tuple
+from typing import List, NamedTuple, Optional
 
 import torch
 
 from specops import reference as _ref
+from specops._contract import malformed_params
 from specops.distributed._radix import key_float, pack_max, radix_select, signed_key, \
     unpack_max
 
@@ -23,6 +24,7 @@ _COEFFS = [float(c) for c in _ref.EXP_COEFFS]
 _FLT_MIN = float(_ref.FLT_MIN)
 E_SCALE = float(2 ** _ref.E_SCALE_BITS)
 CHUNK_ELEMENTS = 1 << 18            # per chunk on the CPU: 1 MiB of float32
+GPU_CHUNK_ELEMENTS = 1 << 24        # per chunk on a GPU: 64 MiB of float32
 
 
 class ShardRows(NamedTuple):
@@ -32,6 +34,35 @@ class ShardRows(NamedTuple):
     p: torch.Tensor
     valid: torch.Tensor
     argmax: torch.Tensor
+
+
+class RowSource(NamedTuple):
+    """The rows of one block, in (request, position) order: ``tensor`` itself (``index``
+    None) or ``tensor[index]`` (``index`` [R] int64 inside the tensor, or any index into a
+    tensor of no rows: zeros), read a few rows at a time."""
+    tensor: torch.Tensor
+    index: Optional[torch.Tensor]
+    is_probs: bool
+
+    @property
+    def n(self) -> int:
+        return self.tensor.shape[0] if self.index is None else self.index.shape[0]
+
+    def take(self, lo: int, hi: int) -> torch.Tensor:
+        if self.index is None:
+            return self.tensor[lo:hi]
+        if self.tensor.shape[0] == 0:
+            return self.tensor.new_zeros((hi - lo, self.tensor.shape[1]))
+        return self.tensor[self.index[lo:hi]]
+
+
+def chunk_rows(width: int, device) -> int:
+    """How many rows of ``width`` elements make one chunk on ``device``: on the CPU about
+    1 MiB of float32 (each chain of element-wise operations stays in cache, about 6x faster
+    than whole tensors), on a GPU 64 MiB (big enough to fill it); either way the transient
+    memory of a call is bounded by a few chunks, whatever B and K."""
+    budget = CHUNK_ELEMENTS if torch.device(device).type == "cpu" else GPU_CHUNK_ELEMENTS
+    return max(1, budget // max(width, 1))
 
 
 def pexp(d: torch.Tensor) -> torch.Tensor:
@@ -47,15 +78,14 @@ def pexp(d: torch.Tensor) -> torch.Tensor:
     return torch.where(ok, s * scale, 0.0)
 
 
-def _spans(blocks, device):
-    """(block rows chunk, is_probs, first row) over every block, a few rows at a time."""
+def _spans(blocks: List[RowSource], Vl: int, device):
+    """(r0, r1, is_probs): consecutive ranges of a few rows, never across two blocks."""
+    step = chunk_rows(Vl, device)
     r0 = 0
-    for rows, is_probs in blocks:
-        n, v = rows.shape
-        step = n if device.type != "cpu" else max(1, CHUNK_ELEMENTS // max(v, 1))
-        for lo in range(0, n, step):
-            yield rows[lo:lo + step], is_probs, r0 + lo
-        r0 += n
+    for src in blocks:
+        for lo in range(0, src.n, step):
+            yield r0 + lo, r0 + min(src.n, lo + step), src.is_probs
+        r0 += src.n
 
 
 def _row_stats(rows, is_probs, inv_t, greedy, gidx):
@@ -82,65 +112,67 @@ def _row_stats(rows, is_probs, inv_t, greedy, gidx):
                         (lmax != float("-inf")).long(), (xmax != float("-inf")).long()], 1)
 
 
-def transform(comm, blocks: List[Tuple[torch.Tensor, bool]], inv_t, top_k, top_p, min_p,
+def transform(comm, blocks: List[RowSource], inv_t, top_k, top_p, min_p,
               vocab_start: int, V: int, has_topk: bool, has_topp: bool,
               sampled: bool = True) -> ShardRows:
-    """Rows of every block (``(rows [R_i, V_local], is_probs)``) with per-row parameters
-    [R] (the blocks' rows in order) -> ``ShardRows``.  ``has_topk`` / ``has_topp``: whether
-    any row may filter (False leaves the radix rounds out); ``sampled``: whether any row may
-    be non-greedy (False leaves the exp pass out)."""
+    """Rows of every block with per-row parameters [R] (the blocks' rows in order) ->
+    ``ShardRows``.  ``has_topk`` / ``has_topp``: whether any row may filter (False leaves
+    the radix rounds out); ``sampled``: whether any row may be non-greedy (False leaves the
+    exp pass out).  The rows are copied (as float32, exact) into the output buffer a few at
+    a time and transformed there: the output is the only buffer of the rows' size."""
     dev = inv_t.device
     R = inv_t.shape[0]
-    Vl = blocks[0][0].shape[-1]
+    Vl = blocks[0].tensor.shape[-1]
     gidx = torch.arange(Vl, device=dev, dtype=torch.int64) + vocab_start
     greedy = inv_t == 0
-    spans = list(_spans(blocks, dev))
+    spans = list(_spans(blocks, Vl, dev))
+    p_out = torch.empty((R, Vl), dtype=torch.float32, device=dev)
     is_logits = torch.zeros(R, dtype=torch.bool, device=dev)
+    r0 = 0
+    for src in blocks:
+        for lo, hi, _ in _spans([src], Vl, dev):
+            p_out[r0 + lo:r0 + hi] = src.take(lo, hi)
+        is_logits[r0:r0 + src.n] = not src.is_probs
+        r0 += src.n
 
     # Round 1 (max): validity flags, max x, lowest-index argmax.
     stats = torch.empty((R, 5), dtype=torch.int64, device=dev)
-    for rows, is_probs, r0 in spans:
-        r1 = r0 + rows.shape[0]
-        stats[r0:r1] = _row_stats(rows, is_probs, inv_t[r0:r1], greedy[r0:r1], gidx)
-        is_logits[r0:r1] = not is_probs
+    for r0, r1, is_probs in spans:
+        stats[r0:r1] = _row_stats(p_out[r0:r1], is_probs, inv_t[r0:r1], greedy[r0:r1], gidx)
     stats = comm.all_reduce(stats, "max", "row max / argmax / validity")
     _, argmax = unpack_max(stats[:, 0])
     m, _ = unpack_max(stats[:, 1])
-    params_ok = ((inv_t >= 0) & (inv_t < float("inf")) & (top_k >= 0) & (top_p > 0)
-                 & (top_p <= 1) & (min_p >= 0) & (min_p <= 1))
     valid = (stats[:, 2] == 0) & (stats[:, 3] == 1) & (greedy | (stats[:, 4] == 1)) \
-        & params_ok
+        & ~malformed_params(inv_t, top_k, top_p, min_p, False)
     hot = is_logits & valid & ~greedy
-    logit_spans = [(rows, r0) for rows, is_probs, r0 in spans if not is_probs and sampled]
+    logit_spans = [(r0, r1) for r0, r1, is_probs in spans if not is_probs and sampled]
 
-    def x_of(rows, r0):              # NaN only in invalid rows, whose results are unused
-        return rows.float() * inv_t[r0:r0 + rows.shape[0], None]
+    def x_of(r0, r1):                # NaN only in invalid rows, whose results are unused
+        return p_out[r0:r1] * inv_t[r0:r1, None]
 
     # top-k (four sum-rounds): thr = the k-th largest x.
     k_on = hot & (top_k > 0) & (top_k < V)
     thr = torch.full((R,), float("-inf"), device=dev)
     if has_topk and logit_spans:
         key, _ = radix_select(
-            comm, R, lambda: ((r0, signed_key(x_of(rows, r0)), None)
-                              for rows, r0 in logit_spans),
+            comm, R, lambda: ((r0, signed_key(x_of(r0, r1)), None)
+                              for r0, r1 in logit_spans),
             lambda c: c >= top_k[:, None], "top-k histogram", dev)
         thr = torch.where(k_on, key_float(key), thr)
 
-    # Masses (one sum-round): e into the output buffer, S and the min-p mass.
-    p_out = torch.zeros((R, Vl), dtype=torch.float32, device=dev)
+    # Masses (one sum-round): e over the logits in the output buffer, S and the min-p mass.
     mass = torch.zeros((R, 2), dtype=torch.int64, device=dev)
-    for rows, is_probs, r0 in spans:
-        r1 = r0 + rows.shape[0]
+    for r0, r1, is_probs in spans:
         if is_probs:
-            p = rows.float()
-            p_out[r0:r1] = p
+            p = p_out[r0:r1]
             inside = (p >= 0) & (p <= 1)
             mass[r0:r1, 0] = torch.where(inside, p.double() * float(2 ** _ref.P_CHECK_BITS),
                                          0.0).to(torch.int64).sum(1)
             continue
         if not sampled:
+            p_out[r0:r1] = 0.0           # every row greedy: one-hot below where valid
             continue
-        x = x_of(rows, r0)
+        x = x_of(r0, r1)
         keep = (x >= thr[r0:r1, None]) & hot[r0:r1, None]
         e = torch.where(keep, pexp(x - m[r0:r1, None]), 0.0)
         p_out[r0:r1] = e
@@ -158,22 +190,20 @@ def transform(comm, blocks: List[Tuple[torch.Tensor, bool]], inv_t, top_k, top_p
     if has_topp and logit_spans:
         goal = top_p.double() * mass[:, 0].double()
         key, S_tau = radix_select(
-            comm, R, lambda: ((r0, p_out[r0:r0 + rows.shape[0]].view(torch.int32),
-                               (p_out[r0:r0 + rows.shape[0]] * E_SCALE).to(torch.int64))
-                              for rows, r0 in logit_spans),
+            comm, R, lambda: ((r0, p_out[r0:r1].view(torch.int32),
+                               (p_out[r0:r1] * E_SCALE).to(torch.int64))
+                              for r0, r1 in logit_spans),
             lambda c: c.double() >= goal[:, None], "top-p histogram", dev)
         tau = torch.where(p_on, key_float(key), tau)
         S_keep = torch.where(p_on & ~(min_p > tau), S_tau, S_keep)
     cut = torch.maximum(tau, min_p)
     div = S_keep.clamp(min=1).double()
-    for rows, r0 in logit_spans:
-        r1 = r0 + rows.shape[0]
+    for r0, r1 in logit_spans:
         e = p_out[r0:r1]
         p = (e.double() * E_SCALE / div[r0:r1, None]).float()
         p_out[r0:r1] = torch.where((e >= cut[r0:r1, None]) & (p >= _FLT_MIN), p, 0.0)
     # Greedy rows (logits or probabilities): one-hot at the global argmax.
-    for rows, _, r0 in spans:
-        r1 = r0 + rows.shape[0]
+    for r0, r1, _ in spans:
         onehot = gidx[None, :] == argmax[r0:r1, None]
         p_out[r0:r1] = torch.where((greedy & valid)[r0:r1, None], onehot.float(), p_out[r0:r1])
     return ShardRows(p_out, valid, argmax)

@@ -1,15 +1,20 @@
 """The verification walk (reference sections 1, 3, 7-10) over a vocabulary shard, vectorised
-over requests: every rank runs it on the same exchanged numbers (section 12)."""
+over requests: every rank runs it on the same exchanged numbers (section 12).
+
+Memory: the transformed rows (``_transform``, one float32 buffer of the rows' size) are the
+only buffer of size B (K+1) V_local; every per-token sum of the walk (the beta sums, block
+verification's residual masses, the draw's weights) runs a few requests at a time."""
 from __future__ import annotations
 
 from typing import Optional
 
 import torch
 
-from specops import api as _api
 from specops import reference as _ref
+from specops._args import Canonical
+from specops._contract import accepts, malformed_params, rate_of_sum, stream
 from specops.distributed import _draw
-from specops.distributed._transform import transform
+from specops.distributed._transform import RowSource, chunk_rows, transform
 
 M32 = 0xFFFFFFFF
 W_SCALE = float(2 ** _ref.W_SCALE_BITS)
@@ -40,18 +45,63 @@ def _from_bits(b: torch.Tensor) -> torch.Tensor:
 def _block_weights(p, q, onehot_y, rho):
     """D(x) = trunc(d * 2**60), d = rho p - max(q, 0) where rho p > q (float64; section 9);
     q None: the point mass ``onehot_y``.  p, q [..., V_local], rho [...]."""
-    pd = p.double() * rho[..., None]
+    pd = p.double().mul_(rho[..., None])          # in place: three float64 rows at most
     qd = onehot_y.double() if q is None else q.double()
-    d = torch.where(pd > qd, pd - qd.clamp(min=0.0), 0.0)
-    return (d * W_SCALE).to(torch.int64)
+    keep = pd > qd                                # NaN q: False
+    d = pd.sub_(qd.clamp_(min=0.0)).mul_(W_SCALE).masked_fill_(~keep, 0.0)
+    return d.to(torch.int64)
 
 
-def verify(comm, a, vocab_start: int, V: int, method: str, want_rates: bool,
+class _Rows:
+    """[B, n, V_local] rows of every request: a view, or ``src[index]`` (index [B, n] inside
+    ``src``) gathered only where read, a few requests at a time."""
+
+    def __init__(self, view: Optional[torch.Tensor] = None, src=None, index=None):
+        self.view, self.src, self.index = view, src, index
+
+    def block(self, b0: int, b1: int) -> torch.Tensor:
+        if self.view is not None:
+            return self.view[b0:b1]
+        idx = self.index[b0:b1]
+        if self.src.shape[0] == 0:
+            return self.src.new_zeros((*idx.shape, self.src.shape[1]))
+        return self.src[idx]
+
+    def at(self, j: torch.Tensor) -> torch.Tensor:
+        """[B, V_local]: request b's row at position j[b] (clamped)."""
+        if self.view is not None:
+            jj = j.clamp(0, self.view.shape[1] - 1)
+            return self.view.gather(1, jj[:, None, None].expand(-1, 1, self.view.shape[2])
+                                    ).squeeze(1)
+        if self.src.shape[0] == 0:
+            return self.src.new_zeros((j.shape[0], self.src.shape[1]))
+        return self.src[_at(self.index, j)]
+
+    def values(self, col: torch.Tensor) -> torch.Tensor:
+        """[B, n]: the entry of each row at column col[b, j] (inside the shard)."""
+        if self.view is not None:
+            return self.view.gather(2, col[..., None]).squeeze(2)
+        if self.src.shape[0] == 0:
+            return self.src.new_zeros(col.shape)
+        return self.src[self.index, col]
+
+
+def _sums(B: int, n: int, Vl: int, device, fn) -> torch.Tensor:
+    """[B, n] int64: ``fn(b0, b1)`` ([b1 - b0, n] per-row sums) a few requests at a time."""
+    out = torch.empty((B, n), dtype=torch.int64, device=device)
+    step = chunk_rows(max(n, 1) * Vl, device)
+    for b0 in range(0, B, step):
+        b1 = min(B, b0 + step)
+        out[b0:b1] = fn(b0, b1)
+    return out
+
+
+def verify(comm, a: Canonical, vocab_start: int, V: int, method: str, want_rates: bool,
            has_topk: bool, has_topp: bool, sampled: bool = True):
-    """The canonical arguments ``a`` (specops.api.Canonical, [B] tensors; target and draft
-    hold this rank's columns) -> (token_ids, num_accepted, valid, accept_rates or None)."""
+    """The canonical arguments ``a`` ([B] tensors; target and draft hold this rank's
+    columns) -> (token_ids, num_accepted, valid, accept_rates or None)."""
     tgt, dev = a.target, a.target.device
-    B, M = a.num_draft.shape[0], int(a.max_k)
+    B, M = a.batch, int(a.max_k)
     N, Vl = tgt.shape
     j1 = torch.arange(M + 1, device=dev, dtype=torch.int64)[None, :]
     jm = j1[:, :M]
@@ -64,12 +114,8 @@ def verify(comm, a, vocab_start: int, V: int, method: str, want_rates: bool,
     ids = a.draft_ids[dpos.clamp(0, max(T - 1, 0))] if T else torch.full_like(dpos, -1)
     in_nd = jm < a.num_draft[:, None]
     id_bad = in_nd & (dpos >= 0) & (dpos < T) & ((ids < -1) | (ids >= V))
-    params_ok = ((a.inv_temp >= 0) & (a.inv_temp < float("inf")) & (a.top_k >= 0)
-                 & (a.top_p > 0) & (a.top_p <= 1) & (a.min_p >= 0) & (a.min_p <= 1))
-    if a.target_is_probs:
-        params_ok &= (((a.inv_temp == 0) | (a.inv_temp == 1)) & (a.top_k == 0)
-                      & (a.top_p == 1) & (a.min_p == 0))
-    ok_req = params_ok & (a.num_draft >= 0) & (a.num_draft <= M) & ~id_bad.any(1)
+    ok_req = ~malformed_params(a.inv_temp, a.top_k, a.top_p, a.min_p, a.target_is_probs) \
+        & (a.num_draft >= 0) & (a.num_draft <= M) & ~id_bad.any(1)
     row_out = (dpos < 0) | (dpos >= n_rows)
     cut = in_nd & (row_out | (ids < 0) | (ids >= V))
     kb = _first(cut, a.num_draft.clamp(0, M))
@@ -78,56 +124,60 @@ def verify(comm, a, vocab_start: int, V: int, method: str, want_rates: bool,
     t_in = (tpos >= 0) & (tpos < N)
 
     # The transform of every row a request may read, statistics reduced over the ranks.
+    # The padded layout's rows are already in (request, position) order: read in place.
     def rep(t, n):
         return t[:, None].expand(B, n).reshape(-1)
-    # The padded layout's rows are already in (request, position) order: no copy.
-    padded = a.target_row_start is _api._padded_rows(B, M, dev)[0]
-    if padded and N == B * (M + 1):
-        trows = tgt
-    else:
-        trows = tgt[tpos.clamp(0, N - 1).reshape(-1)] if N else tgt.new_zeros((B * (M + 1), Vl))
-    blocks = [(trows, a.target_is_probs)]
+    in_order = a.padded and N == B * (M + 1)
+    blocks = [RowSource(tgt, None if in_order else tpos.clamp(0, max(N - 1, 0)).reshape(-1),
+                        a.target_is_probs)]
     params = [rep(t, M + 1) for t in (a.inv_temp, a.top_k, a.top_p, a.min_p)]
     qlog = a.draft is not None and not a.draft_is_probs and M > 0
-    drows = None
-    if a.draft is not None and M > 0:
-        drows = a.draft if padded and a.draft.shape[0] == B * M else \
-            a.draft[dpos.clamp(0, max(a.draft.shape[0] - 1, 0)).reshape(-1)]
-        if qlog:
-            blocks.append((drows, False))
-            params = [torch.cat([p, rep(t, M)]) for p, t in
-                      zip(params, (a.inv_temp, a.top_k, a.top_p, a.min_p))]
+    d_index = dpos.clamp(0, max(0 if a.draft is None else a.draft.shape[0] - 1, 0))
+    d_in_order = a.padded and a.draft is not None and a.draft.shape[0] == B * M
+    if qlog:
+        blocks.append(RowSource(a.draft, None if d_in_order else d_index.reshape(-1), False))
+        params = [torch.cat([p, rep(t, M)]) for p, t in
+                  zip(params, (a.inv_temp, a.top_k, a.top_p, a.min_p))]
     rows = transform(comm, blocks, *params, vocab_start, V, has_topk, has_topp, sampled)
     nt = B * (M + 1)
-    P = rows.p[:nt].view(B, M + 1, Vl)
+    P = _Rows(rows.p[:nt].view(B, M + 1, Vl))
     t_ok = rows.valid[:nt].view(B, M + 1) & t_in                      # full row check
     t_arg = rows.argmax[:nt].view(B, M + 1)
     Q = None
     if qlog:
         q_ok = rows.valid[nt:].view(B, M)
-        Q = torch.where(q_ok[..., None], rows.p[nt:].view(B, M, Vl), float("nan"))
-    elif drows is not None:
-        Q = drows.float().view(B, M, Vl)
+        rows.p[nt:].masked_fill_(~q_ok.reshape(-1, 1), float("nan"))  # unusable: q = NaN
+        Q = _Rows(rows.p[nt:].view(B, M, Vl))
+    elif a.draft is not None and M > 0:
+        Q = _Rows(a.draft.view(B, M, Vl)) if d_in_order else \
+            _Rows(src=a.draft, index=d_index)
 
     # Round: p_j(y_j), q_j(y_j) from the rank owning y_j (and the beta sums).
     local = ids - vocab_start
     own = (local >= 0) & (local < Vl)
-    lc = local.clamp(0, Vl - 1)[..., None]
-    onehot = torch.zeros((B, M, Vl), dtype=torch.bool, device=dev)
-    onehot.scatter_(2, lc, own[..., None])
-    parts = [torch.where(own, _bits(P[:, :M].gather(2, lc).squeeze(2)), 0)]
+    lc = local.clamp(0, Vl - 1)
+
+    def onehot(b0, b1):                                               # [c, M, V_local]
+        oh = torch.zeros((b1 - b0, M, Vl), dtype=torch.bool, device=dev)
+        return oh.scatter_(2, lc[b0:b1, :, None], own[b0:b1, :, None])
+
+    Pm = _Rows(P.view[:, :M])                                         # the draft positions
+    parts = [torch.where(own, _bits(Pm.values(lc)), 0)]
     if Q is not None:
-        parts.append(torch.where(own, _bits(Q.gather(2, lc).squeeze(2)), 0))
+        parts.append(torch.where(own, _bits(Q.values(lc)), 0))
     if want_rates and Q is not None:
-        m = torch.where(Q > 0, torch.minimum(P[:, :M], Q), 0.0)
-        parts.append((m * W_SCALE).to(torch.int64).sum(2))
+        def beta(b0, b1):
+            q = Q.block(b0, b1)
+            m = torch.where(q > 0, torch.minimum(Pm.block(b0, b1), q), 0.0)
+            return (m * W_SCALE).to(torch.int64).sum(2)
+        parts.append(_sums(B, M, Vl, dev, beta))
     got = torch.stack(parts, 2)
     if M:
         got = comm.all_reduce(got, "sum", "p(y), q(y), beta sums")
     p_y = _from_bits(got[..., 0]).double()
     q_y = _from_bits(got[..., 1]).double() if Q is not None else torch.ones_like(p_y)
 
-    w0, _ = _draw.stream(a.seed, a.offset, M + 1, _ref.TAG_ACCEPT)
+    w0, _ = stream(a.seed, a.offset, M + 1, _ref.TAG_ACCEPT)
     u = w0.double() * 2.0 ** -32
     in_block = jm < kb[:, None]
     g = greedy[:, None]
@@ -135,14 +185,14 @@ def verify(comm, a, vocab_start: int, V: int, method: str, want_rates: bool,
     if want_rates:                      # section 10: p(y) for point masses and greedy rows
         rates = p_y.float()
         if Q is not None:
-            rates = torch.where(g, rates, (got[..., 2].double() * 2.0 ** -60).float())
+            rates = torch.where(g, rates, rate_of_sum(got[..., 2]))
 
     block = method == "block"
     rho_at = torch.ones(B, dtype=torch.float64, device=dev)
     kind_block = torch.zeros(B, dtype=torch.bool, device=dev)
     # The token walk (section 1) and, for block requests, section 9.
     row_ok = t_in[:, :M] & (t_ok[:, :M] | (bool(a.target_is_probs) & ~g))
-    acc = row_ok & torch.where(g, ids == t_arg[:, :M], u[:, :M] * q_y < p_y)
+    acc = row_ok & torch.where(g, ids == t_arg[:, :M], accepts(u[:, :M], q_y, p_y))
     stop = _first(in_block & ~acc, kb)
     bad = (stop < kb) & ~_at(row_ok, stop)
     bad |= (stop == kb) & oob
@@ -166,8 +216,11 @@ def verify(comm, a, vocab_start: int, V: int, method: str, want_rates: bool,
         rhos = torch.stack(rho, 1)                                    # [B, M + 1]
         h = torch.ones_like(rhos)
         if M > 1:
-            D = _block_weights(P[:, :M], Q, onehot, rhos[:, :M])
-            S = comm.all_reduce(D.sum(2), "sum", "block residual sums")
+            def residual(b0, b1):
+                q = None if Q is None else Q.block(b0, b1)
+                oh = onehot(b0, b1) if Q is None else None
+                return _block_weights(Pm.block(b0, b1), q, oh, rhos[b0:b1, :M]).sum(2)
+            S = comm.all_reduce(_sums(B, M, Vl, dev, residual), "sum", "block residual sums")
             z = S.double() * 2.0 ** -60
             den = z + (1.0 - rhos[:, :M])
             h[:, :M] = torch.where(den > 0, z / den, 1.0)
@@ -187,26 +240,33 @@ def verify(comm, a, vocab_start: int, V: int, method: str, want_rates: bool,
     # The sampled position: its row's full check, then the draw (section 5).
     js = nacc
     bad |= ~_at(t_ok, js)
-    p_s = P.gather(1, js.clamp(0, M)[:, None, None].expand(B, 1, Vl)).squeeze(1)
     jq = js.clamp(0, max(M - 1, 0))
-    oh = onehot.gather(1, jq[:, None, None].expand(B, 1, Vl)).squeeze(1) if M else None
-    q_s = None
-    if Q is not None:
-        q_s = Q.gather(1, jq[:, None, None].expand(B, 1, Vl)).squeeze(1)
-    bonus = (js >= kb)[:, None]
+    bonus = js >= kb
     if block:                           # a block's end (tau == e) draws from p_e
-        bonus = bonus | (~greedy & ~kind_block)[:, None]
-    if q_s is None:
-        r = torch.where(oh, 0.0, p_s) if M else p_s
-    else:
-        r = torch.where(p_s > q_s, p_s - q_s.clamp(min=0.0), 0.0)
-    Wp = (p_s * W_SCALE).to(torch.int64)
-    W = torch.where(bonus, Wp, (r * W_SCALE).to(torch.int64))
-    if block and M:
-        W = torch.where(kind_block[:, None], _block_weights(p_s, q_s, oh, rho_at), W)
-    w0, w1 = _draw.stream(a.seed, a.offset, M + 1, _ref.TAG_SAMPLE)
+        bonus = bonus | (~greedy & ~kind_block)
+    y_own = _at(own, jq) if M else torch.zeros_like(bonus)
+    y_col = _at(lc, jq) if M else torch.zeros_like(js)
+    cols = torch.arange(Vl, device=dev)
+
+    def weights(b0, b1):
+        """(W, Wp) of requests b0..b1-1 at their sampled position (section 5)."""
+        sl = slice(b0, b1)
+        p_s = _sub(P, sl).at(js[sl])
+        q_s = None if Q is None else _sub(Q, sl).at(jq[sl])
+        oh = (cols[None, :] == y_col[sl, None]) & y_own[sl, None] if M else None
+        if q_s is None:
+            r = torch.where(oh, 0.0, p_s) if M else p_s
+        else:
+            r = torch.where(p_s > q_s, p_s - q_s.clamp(min=0.0), 0.0)
+        Wp = (p_s * W_SCALE).to(torch.int64)
+        W = torch.where(bonus[sl, None], Wp, (r * W_SCALE).to(torch.int64))
+        if block and M:
+            W = torch.where(kind_block[sl, None], _block_weights(p_s, q_s, oh, rho_at[sl]), W)
+        return W, Wp
+
+    w0, w1 = stream(a.seed, a.offset, M + 1, _ref.TAG_SAMPLE)
     U = _at(w0 | (w1 << 32), js)
-    drawn = _draw.draw(comm, W, Wp, U, vocab_start)
+    drawn = _draw.draw(comm, weights, B, chunk_rows(Vl, dev), U, vocab_start)
     tok = torch.where(greedy, _at(t_arg, js), drawn)
     good = ok_req & ~bad & (tok >= 0) & (tok < V)
 
@@ -220,3 +280,10 @@ def verify(comm, a, vocab_start: int, V: int, method: str, want_rates: bool,
     if rates is not None:
         rates = torch.where(rate_ok & ok_req[:, None], rates, float("nan"))
     return out.to(torch.int32), nacc.to(torch.int32), good, rates
+
+
+def _sub(rows: _Rows, sl: slice) -> _Rows:
+    """The requests ``sl`` of ``rows``."""
+    if rows.view is not None:
+        return _Rows(rows.view[sl])
+    return _Rows(src=rows.src, index=rows.index[sl])

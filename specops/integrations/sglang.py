@@ -96,7 +96,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from specops import api as _api
+from specops import _args
 from specops.tree import verify_tree
 
 __all__ = ["tree_speculative_sampling_target_only", "tree_speculative_sampling",
@@ -308,12 +308,12 @@ def _run(predicts, accept_index, accept_token_num, candidates, retrive_index,
         if draft_probs.dtype != torch.float32 or draft_probs.device != dev:
             raise TypeError(f"draft_probs must be float32 on {dev}, got {draft_probs.dtype} "
                             f"on {draft_probs.device}")
-    _api._check_validate(validate)
+    _args.check_validate(validate)
     D = min(S, N) - 1
 
     tree = convert_tree(retrive_next_token, retrive_next_sibling, D)
-    if _api._reads(validate, retrive_next_token) and _api._reads(validate,
-                                                                 retrive_next_sibling):
+    if _args.may_read(validate, retrive_next_token) and \
+            _args.may_read(validate, retrive_next_sibling):
         bad = tree.malformed.nonzero().flatten().tolist()
         if bad:
             raise ValueError(
@@ -325,7 +325,7 @@ def _run(predicts, accept_index, accept_token_num, candidates, retrive_index,
     order = tree.order
     tokens = torch.where(tree.present, candidates.long().gather(1, order),
                          torch.zeros_like(order))
-    if _api._reads(validate, candidates):
+    if _args.may_read(validate, candidates):
         bad = (tree.present[:, 1:] & ((tokens[:, 1:] < 0) | (tokens[:, 1:] >= V))).any(1)
         bad = bad.nonzero().flatten().tolist()
         if bad:

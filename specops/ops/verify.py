@@ -15,6 +15,7 @@ from __future__ import annotations
 import torch
 
 from specops.backends import registry
+from specops.ops._preconditions import check_verify
 
 _lib = torch.library.Library("specops", "FRAGMENT")
 _lib.define(
@@ -24,23 +25,27 @@ _lib.define(
     "int max_k, str backend, Tensor? forced_num_accepted=None) -> (Tensor, Tensor, Tensor)")
 
 
-def _verify_kernel(target, target_is_probs, target_row_start, draft_ids, draft_row_start,
-                   num_draft, draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed,
-                   offset, max_k, backend, forced_num_accepted=None):
+def run(target, target_is_probs, target_row_start, draft_ids, draft_row_start, num_draft,
+        draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k, backend,
+        forced_num_accepted=None):
+    """The op's kernel (CPU and CUDA): the backend's walk, after the preconditions.  Eager
+    public calls run it directly, with scalar parameters as Python numbers."""
+    check_verify(max_k, "token", forced_num_accepted)
     kw = {} if forced_num_accepted is None else {"forced_num_accepted": forced_num_accepted}
     return registry.load(backend).verify(
         target, target_is_probs, target_row_start, draft_ids, draft_row_start, num_draft,
         draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k, **kw)
 
 
-_lib.impl("verify", _verify_kernel, "CPU")
-_lib.impl("verify", _verify_kernel, "CUDA")
+_lib.impl("verify", run, "CPU")
+_lib.impl("verify", run, "CUDA")
 
 
 @torch.library.register_fake("specops::verify", lib=_lib)
 def _(target, target_is_probs, target_row_start, draft_ids, draft_row_start, num_draft, draft,
       draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k, backend,
       forced_num_accepted=None):
+    check_verify(max_k, "token", forced_num_accepted)
     B = num_draft.shape[0]
     dev = target.device
     return (target.new_empty((B, max_k + 1), dtype=torch.int32),

@@ -11,6 +11,7 @@ from __future__ import annotations
 import torch
 
 from specops.backends import registry
+from specops.ops._preconditions import check_verify
 
 _lib = torch.library.Library("specops", "FRAGMENT")
 _lib.define(
@@ -20,15 +21,13 @@ _lib.define(
     "Tensor seed, Tensor offset, int max_k, str backend, str method, bool want_rates) "
     "-> (Tensor, Tensor, Tensor, Tensor)")
 
-METHODS = ("token", "block")
-
 
 def run(target, target_is_probs, target_row_start, draft_ids, draft_row_start, num_draft,
         draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k, backend,
         method, want_rates):
-    """The backend's walk; always four outputs (rates [B, 0] unless want_rates)."""
-    if method not in METHODS:
-        raise ValueError(f"method must be 'token' or 'block', got {method!r}")
+    """The op's kernel: the backend's walk after the preconditions; always four outputs
+    (rates [B, 0] unless want_rates).  Eager public calls run it directly."""
+    check_verify(max_k, method)
     out = registry.load(backend).verify(
         target, target_is_probs, target_row_start, draft_ids, draft_row_start, num_draft,
         draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k,
@@ -47,6 +46,7 @@ _lib.impl("verify_method", run, "CUDA")
 def _(target, target_is_probs, target_row_start, draft_ids, draft_row_start, num_draft, draft,
       draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k, backend, method,
       want_rates):
+    check_verify(max_k, method)
     B = num_draft.shape[0]
     dev = target.device
     return (target.new_empty((B, max_k + 1), dtype=torch.int32),

@@ -9,6 +9,7 @@ from __future__ import annotations
 import torch
 
 from specops.backends import registry
+from specops.ops._preconditions import check_tree
 
 _lib = torch.library.Library("specops", "FRAGMENT")
 _lib.define(
@@ -17,14 +18,12 @@ _lib.define(
     "Tensor top_p, Tensor min_p, Tensor seed, Tensor offset, int max_depth, str method, "
     "str backend) -> (Tensor, Tensor, Tensor, Tensor)")
 
-METHODS = ("rsd", "mss")
-
 
 def run(target, target_is_probs, node_ids, parents, num_nodes, draft, draft_is_probs,
         inv_temp, top_k, top_p, min_p, seed, offset, max_depth, method, backend):
-    """The backend's tree walk: (token_ids, num_accepted, accepted_nodes, valid)."""
-    if method not in METHODS:
-        raise ValueError(f"method must be 'rsd' or 'mss', got {method!r}")
+    """The op's kernel: the backend's tree walk after the preconditions: (token_ids,
+    num_accepted, accepted_nodes, valid).  Eager public calls run it directly."""
+    check_tree(max_depth, method)
     return tuple(registry.load(backend).verify_tree(
         target, target_is_probs, node_ids, parents, num_nodes, draft, draft_is_probs,
         inv_temp, top_k, top_p, min_p, seed, offset, max_depth, method))
@@ -37,9 +36,9 @@ _lib.impl("verify_tree", run, "CUDA")
 @torch.library.register_fake("specops::verify_tree", lib=_lib)
 def _(target, target_is_probs, node_ids, parents, num_nodes, draft, draft_is_probs, inv_temp,
       top_k, top_p, min_p, seed, offset, max_depth, method, backend):
+    check_tree(max_depth, method)
     B = node_ids.shape[0]
     dev = target.device
-    max_depth = max(max_depth, 0)                 # the backends' reading of a negative depth
     return (torch.empty((B, max_depth + 1), dtype=torch.int32, device=dev),
             torch.empty((B,), dtype=torch.int32, device=dev),
             torch.empty((B, max_depth), dtype=torch.int32, device=dev),
