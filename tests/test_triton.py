@@ -383,6 +383,17 @@ def test_verify_last_tile_lanes_never_win():
 SPLIT_FAST = ("mixed", "ragged_flat_probs")
 
 
+def test_split_last_chunk_carries_the_mass():
+    """V = 37 in chunks of 16: the last chunk (5 lanes) holds the rows' maxima and most of
+    their mass, so a combine of the chunk statistics that loses a chunk (or the last one's
+    partial lanes) changes the maxima, the masses and the tokens of every request."""
+    a = make_block(138, 5, 2, 37, kind="full", temp=[1.0, 0.0, 0.8, 1.0, 0.0])
+    a["target"] = a["target"].clone()
+    a["target"][:, 32:] += 6.0
+    with pipeline("split"):
+        check_verify(a)
+
+
 @pytest.mark.parametrize("case", [c if c in SPLIT_FAST else pytest.param(c, marks=FULL)
                                   for c in VERIFY_CASES])
 def test_split_matches_reference(case):
