@@ -16,32 +16,40 @@ SamplerOutput``, same static ``parse_output``) and replaces the verification its
 * **Sampling parameters.** Per-request temperature (``temperature < 1e-5`` or
   ``all_greedy`` = greedy, vLLM's own rule), top-k (values ``<= 0`` or ``>= V`` = off), top-p
   and min-p (read from vLLM's built-in ``MinPLogitsProcessor``) are applied by specops to the
-  draft rows, in specops' order (temperature -> top-k -> softmax -> top-p -> min-p, see
-  ``specops.reference``).  vLLM itself ignores min-p on draft rows and applies it before
-  top-k/top-p on the bonus row (which is vLLM's here, see below).
-* **Bonus token.** Drawn by vLLM: ``self.sampler`` is called on the bonus rows exactly as
-  vLLM's own RejectionSampler calls it (its processors, its RNG, its logprobs); specops
-  verifies the drafts, and where every draft of a request was accepted its own end-of-block
-  draw (from the same row law, independent of the accept decisions) is replaced by vLLM's
-  token.  So ``bonus_logits_indices`` may be empty (vLLM's unit tests mock the sampler).
+  draft rows and the bonus row, in specops' order (temperature -> top-k -> softmax -> top-p
+  -> min-p, see ``specops.reference``).  vLLM itself ignores min-p on draft rows and applies
+  it before top-k/top-p on the bonus row.
+* **Bonus token.** Drawn by specops in the same pass, from the bonus row with the request's
+  processing (vLLM's logits processors of the bonus row, applied with vLLM's own
+  ``Sampler.apply_logits_processors``, then temperature -> top-k -> top-p -> min-p as on the
+  draft rows), independently of the accept decisions (``specops.reference``): the target's
+  law at that position, the same law as vLLM's Sampler except that vLLM applies min-p before
+  top-k/top-p (vLLM refuses min-p with speculative decoding at request validation).  vLLM's
+  ``self.sampler`` is called only where it must draw the bonus token: no bonus rows
+  (``bonus_logits_indices`` empty: vLLM's unit tests mock the sampler and hand its tokens
+  in), or a sampler that is not vLLM's own ``Sampler`` class (a subclass or stand-in may
+  sample by another law).  Then, as in vLLM, its token replaces specops' end-of-block draw
+  where every draft was accepted.  (vLLM-CPU's Sampler sorts every bonus row for top-k /
+  top-p: calling it on every step made the drop-in 3-30x slower.)
 * **Randomness.** Each non-greedy step draws one int64 seed per request: from the request's
   own ``torch.Generator`` in ``sampling_metadata.generators`` (``torch.randint(-2**63,
   2**63 - 1, (1,), generator=g)``, so a seeded request is reproducible and independent of its
   batch neighbours), otherwise from torch's default generator on the logits' device; the
-  Philox offset is 0.  An all-greedy batch draws nothing.  vLLM's Sampler draws from the
-  same generators for the bonus token first, as in vLLM.
+  Philox offset is 0.  An all-greedy batch draws nothing.  Where vLLM's Sampler draws the
+  bonus token (above), it draws from the same generators first, as in vLLM.
 * **Processors applied with vLLM's own functions before verification** (this copies the
   target rows to float32 first): penalties (repetition/frequency/presence), bad words,
-  ``allowed_token_ids``, min-tokens, the thinking-token budget (draft rows through
-  ``RejectionSampler.apply_logits_processors``; the bonus rows are the Sampler's), and every
-  other non-argmax-invariant logits processor (logit bias, custom ones), which vLLM itself
-  applies to the bonus row only: here it is applied to the draft rows too, one ``[B, V]``
-  slice per draft position.
+  ``allowed_token_ids``, min-tokens, the thinking-token budget (bonus rows first, through
+  ``Sampler.apply_logits_processors`` as vLLM's Sampler runs it, which advances the
+  thinking-budget state once per step; then the draft rows through
+  ``RejectionSampler.apply_logits_processors``), and every other non-argmax-invariant logits
+  processor (logit bias, custom ones), which vLLM itself applies to the bonus row only: here
+  it is applied to the draft rows too, one ``[B, V]`` slice per draft position.
 * **Logprobs.** Every ``logprobs_mode``: raw modes exactly as vLLM computes them; processed
   modes return, for draft positions, the distribution specops samples from (the processed
   rows divided by the temperature, -inf outside the tokens top-k / top-p / min-p keep;
-  greedy requests: the processed rows), for the bonus position vLLM's Sampler's processed
-  logits.  Without min-p this is what vLLM returns (vLLM ignores min-p on draft rows; it
+  greedy requests: the processed rows), the bonus position included (where vLLM's Sampler
+  draws the bonus token: its processed logits).  Without min-p this is what vLLM returns (vLLM ignores min-p on draft rows; it
   refuses min-p with speculative decoding at request validation anyway).  A token whose
   probability underflows float32 reports -inf.  ``logprob_token_ids`` is gathered per
   position with vLLM's ``Sampler.gather_specific_token_logprobs`` (vLLM's own rejection
@@ -50,8 +58,8 @@ SamplerOutput``, same static ``parse_output``) and replaces the verification its
   that accepts drafts at fixed rates and verifies nothing) is vLLM's own implementation
   (``super().forward``); vLLM's CPU kernels do not implement it (they assert).
 * **Custom argmax-invariant logits processors** act where vLLM's Sampler applies them, after
-  the temperature and before top-k / top-p: on draft rows the rows are divided by the
-  temperature, the processors applied one draft position at a time, and specops samples at
+  the temperature and before top-k / top-p: the rows (draft and bonus) are divided by the
+  temperature, the processors applied one position at a time, and specops samples at
   temperature 1.  (vLLM's own rejection sampler ignores them on draft rows.)
 * **Output.** ``sampled_token_ids`` ``[B, max_spec_len + 1]`` int32: accepted drafts, then
   the recovered or bonus token, then ``PLACEHOLDER_TOKEN_ID`` (-1, vLLM's constant).  A
@@ -74,6 +82,7 @@ from vllm.v1.sample.logits_processor.builtin import (LogitBiasLogitsProcessor,
                                                      MinPLogitsProcessor,
                                                      MinTokensLogitsProcessor)
 from vllm.v1.sample.metadata import SamplingMetadata
+from vllm.v1.sample.sampler import Sampler as VllmSampler
 from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
 
 logger = logging.getLogger(__name__)
@@ -188,26 +197,25 @@ class SpecopsRejectionSampler(VllmRejectionSampler):
         return min_p, custom
 
     @staticmethod
-    def _per_position(target_logits, num_draft_tokens, processors):
-        """Apply batch-shaped [B, V] processors to the draft rows, one draft position at a
-        time (row b of the slice is request b's row at that position; zeros where the
-        request has no draft there)."""
-        nd = num_draft_tokens
-        B = len(nd)
-        dev = target_logits.device
+    def _per_position(rows, counts, processors):
+        """Apply batch-shaped [B, V] processors to request-major rows (``counts[b]`` rows of
+        request b, back to back), one position at a time: row b of the slice is request b's
+        row at that position (zeros where the request has no row there)."""
+        B = len(counts)
+        dev = rows.device
         starts = [0]
-        for n in nd[:-1]:
+        for n in counts[:-1]:
             starts.append(starts[-1] + n)
-        for j in range(max(nd) if nd else 0):
-            reqs = [b for b in range(B) if nd[b] > j]
-            rows = torch.tensor([starts[b] + j for b in reqs], dtype=torch.int64, device=dev)
+        for j in range(max(counts) if counts else 0):
+            reqs = [b for b in range(B) if counts[b] > j]
+            idx = torch.tensor([starts[b] + j for b in reqs], dtype=torch.int64, device=dev)
             req_t = torch.tensor(reqs, dtype=torch.int64, device=dev)
-            x = torch.zeros(B, target_logits.shape[1], dtype=torch.float32, device=dev)
-            x[req_t] = target_logits[rows]
+            x = torch.zeros(B, rows.shape[1], dtype=torch.float32, device=dev)
+            x[req_t] = rows[idx]
             for p in processors:
                 x = p.apply(x)
-            target_logits[rows] = x[req_t]
-        return target_logits
+            rows[idx] = x[req_t]
+        return rows
 
     def _needs_processing(self, sm: SamplingMetadata) -> bool:
         min_tokens_active = any(isinstance(p, MinTokensLogitsProcessor) and p.min_toks
@@ -218,34 +226,37 @@ class SpecopsRejectionSampler(VllmRejectionSampler):
                     or (holder is not None and holder.has_tracked_requests())
                     or self._other_processors(sm))
 
-    def _processed_logits(self, std_logits, target_pos, metadata, sm):
-        """float32 copy of the rows, every logits processor applied to the target rows."""
-        target_logits = std_logits[target_pos].to(torch.float32)
-        target_logits = self.apply_logits_processors(target_logits, sm, metadata)
+    def _processed_logits(self, std_logits, target_pos, bonus_pos, metadata, sm, bonus):
+        """float32 copy of the rows, every logits processor applied: first the bonus rows
+        (when ``bonus``, i.e. specops draws the bonus token) with vLLM's
+        ``Sampler.apply_logits_processors``, as vLLM's Sampler runs it before the rejection
+        sampler's processors (the thinking-budget state advances there, once per step); then
+        the draft rows.  Without ``bonus`` the bonus rows keep their raw values: vLLM's
+        Sampler draws that token and processes its rows itself."""
+        out = std_logits.to(torch.float32, copy=True)
+        if bonus:
+            out[bonus_pos] = self.sampler.apply_logits_processors(out[bonus_pos], sm, True)
+        target_logits = self.apply_logits_processors(out[target_pos], sm, metadata)
         others = self._other_processors(sm)
         if others:
             target_logits = self._per_position(target_logits, metadata.num_draft_tokens, others)
-        # the bonus rows keep their raw values: the bonus token is self.sampler's, which
-        # applies their processors itself (and must run them exactly once per step: the
-        # thinking-budget state advances there)
-        out = std_logits.to(torch.float32, copy=True)
         out[target_pos] = target_logits
         return out
 
-    def _after_temperature(self, std_logits, target_pos, metadata, temperature, custom):
+    def _after_temperature(self, std_logits, metadata, temperature, custom):
         """Custom argmax-invariant processors act on temperature-scaled logits in vLLM's
-        Sampler (before top-k / top-p): the draft rows are divided by their temperature here,
-        the processors applied, and specops then samples them at temperature 1 (greedy
-        requests stay greedy: an argmax-invariant processor cannot change their argmax)."""
-        counts = torch.tensor(metadata.num_draft_tokens, dtype=torch.int64,
-                              device=std_logits.device)
+        Sampler (before top-k / top-p): every row (draft and bonus) is divided by its
+        request's temperature here, the processors applied one position at a time, and
+        specops then samples at temperature 1 (greedy requests stay greedy: an
+        argmax-invariant processor cannot change their argmax)."""
+        rows_per_req = [k + 1 for k in metadata.num_draft_tokens]
+        counts = torch.tensor(rows_per_req, dtype=torch.int64, device=std_logits.device)
         t = temperature if isinstance(temperature, torch.Tensor) else torch.full(
             (counts.shape[0],), float(temperature), device=std_logits.device)
         greedy = t == 0
         scale = torch.where(greedy, torch.ones_like(t), t).repeat_interleave(counts)
-        out = std_logits.to(torch.float32, copy=True)
-        rows = out[target_pos] / scale.unsqueeze(1)
-        out[target_pos] = self._per_position(rows, metadata.num_draft_tokens, custom)
+        out = std_logits.to(torch.float32) / scale.unsqueeze(1)
+        out = self._per_position(out, rows_per_req, custom)
         return out, torch.where(greedy, torch.zeros_like(t), torch.ones_like(t))
 
     # ------------------------------------------------------------------ randomness
@@ -259,6 +270,12 @@ class SpecopsRejectionSampler(VllmRejectionSampler):
         return seeds
 
     # ------------------------------------------------------------------ bonus token
+    def _sampler_draws_bonus(self, metadata: SpecDecodeMetadata) -> bool:
+        """Whether vLLM's Sampler must draw the bonus token (module docstring): there are no
+        bonus rows, or the sampler is not vLLM's own ``Sampler`` class."""
+        return (metadata.bonus_logits_indices.numel() == 0
+                or type(self.sampler) is not VllmSampler)
+
     def _bonus(self, metadata: SpecDecodeMetadata, logits, sm: SamplingMetadata, logprobs):
         """vLLM's own bonus draw: ``self.sampler`` on the bonus rows, called as vLLM's
         RejectionSampler calls it.  -> (token ids, the bonus rows' raw or processed logits
@@ -279,46 +296,52 @@ class SpecopsRejectionSampler(VllmRejectionSampler):
         rows = out.logprobs_tensors.logprobs if logprobs else None
         return ids.reshape(B, 1), rows
 
+    @staticmethod
+    def _with_sampler_bonus(token_ids, out, metadata, bonus_ids):
+        """Where every draft of a request was accepted, specops drew its end-of-block token
+        from the bonus row, independently of the accept decisions; vLLM's Sampler's draw
+        from that row's law takes its place."""
+        device = token_ids.device
+        nd = torch.tensor(metadata.num_draft_tokens, dtype=torch.int64, device=device)
+        full = out.valid.to(device) & (out.num_accepted.to(device, torch.int64) == nd)
+        col = nd.unsqueeze(1)
+        bonus = bonus_ids.to(device=device, dtype=token_ids.dtype)
+        return token_ids.scatter(1, col, torch.where(full.unsqueeze(1), bonus,
+                                                     token_ids.gather(1, col)))
+
     # ------------------------------------------------------------------ logprobs
-    def _processed_target_logits(self, target_rows, metadata, params, greedy):
-        """Processed logits of the target rows: the rows divided by the temperature, -inf
-        outside the tokens specops' transform keeps (top-k, top-p, min-p); greedy requests'
-        rows as they are (vLLM: temperature 1, nothing truncated)."""
-        counts = torch.tensor(metadata.num_draft_tokens, dtype=torch.int64,
-                              device=target_rows.device)
+    def _processed_rows(self, rows, metadata, params, greedy):
+        """Processed logits of the rows in the standard layout: divided by the temperature,
+        -inf outside the tokens specops' transform keeps (top-k, top-p, min-p); greedy
+        requests' rows as they are (vLLM: temperature 1, nothing truncated)."""
+        counts = torch.tensor([k + 1 for k in metadata.num_draft_tokens], dtype=torch.int64,
+                              device=rows.device)
         per_row = [p.repeat_interleave(counts) if isinstance(p, torch.Tensor) and p.dim() else p
                    for p in params]
         t, k, p, mp = per_row
         g = greedy.repeat_interleave(counts) if isinstance(greedy, torch.Tensor) else greedy
         if g is True:
-            return target_rows
+            return rows
         if isinstance(g, torch.Tensor):
             t = torch.where(g, torch.ones_like(t), t)
-        probs, _ = specops.sampling_probs(target_rows, temperature=t, top_k=k, top_p=p,
+        probs, _ = specops.sampling_probs(rows, temperature=t, top_k=k, top_p=p,
                                           min_p=mp, backend=self.specops_backend)
-        t = t if isinstance(t, torch.Tensor) else torch.tensor(t, device=target_rows.device)
-        scaled = target_rows / t.reshape(-1, 1) if t.dim() else target_rows / t
+        t = t if isinstance(t, torch.Tensor) else torch.tensor(t, device=rows.device)
+        scaled = rows / t.reshape(-1, 1) if t.dim() else rows / t
         kept = probs > 0
         if isinstance(g, torch.Tensor):
             kept |= g.unsqueeze(1)
         return torch.where(kept, scaled, torch.full_like(scaled, float("-inf")))
 
-    def _logprobs(self, sm: SamplingMetadata, metadata: SpecDecodeMetadata, target_rows,
-                  bonus_rows, token_ids):
+    def _logprobs(self, sm: SamplingMetadata, metadata: SpecDecodeMetadata, rows, bonus_pos,
+                  token_ids):
         """vLLM's LogprobsTensors of every output position ([B * (max_spec_len + 1)] rows;
-        vLLM's parse_output drops the -1 positions).  Position j of request b reads its row
-        j (a draft row for j < K_b, the bonus row at K_b); logprob_token_ids, when given,
-        are gathered with vLLM's own Sampler.gather_specific_token_logprobs."""
+        vLLM's parse_output drops the -1 positions) from ``rows`` [T + B, V] float32 in the
+        standard layout.  Position j of request b reads its row j (a draft row for j < K_b,
+        the bonus row at K_b); logprob_token_ids, when given, are gathered with vLLM's own
+        Sampler.gather_specific_token_logprobs."""
         B, W = token_ids.shape
-        V = target_rows.shape[-1]
-        device = target_rows.device
-        T = target_rows.shape[0]
-        target_pos, bonus_pos = _standard_positions(metadata.num_draft_tokens,
-                                                    metadata.cu_num_draft_tokens, device)
-        rows = torch.zeros((T + B, V), dtype=torch.float32, device=device)
-        rows[target_pos] = target_rows.to(torch.float32)
-        if bonus_rows is not None and bonus_rows.shape[0] == B:
-            rows[bonus_pos] = bonus_rows.to(device, torch.float32)
+        device = rows.device
         nd = torch.tensor(metadata.num_draft_tokens, dtype=torch.int64, device=device)
         j = torch.arange(W, dtype=torch.int64, device=device)
         idx = (bonus_pos - nd).unsqueeze(1) + torch.minimum(j.unsqueeze(0), nd.unsqueeze(1))
@@ -345,11 +368,15 @@ class SpecopsRejectionSampler(VllmRejectionSampler):
         V = logits.shape[-1]
         device = logits.device
         want_logprobs = sm.max_num_logprobs is not None or bool(sm.logprob_token_ids)
-        bonus_ids, bonus_rows = self._bonus(metadata, logits, sm, want_logprobs)
+        from_sampler = self._sampler_draws_bonus(metadata)
+        if from_sampler:               # first, as in vLLM: its processors' state advances
+            bonus_ids, bonus_rows = self._bonus(metadata, logits, sm, want_logprobs)
 
-        std_logits, target_pos, _ = self._standard_logits(metadata, logits)
+        raw, target_pos, bonus_pos = self._standard_logits(metadata, logits)
+        std_logits = raw
         if self._needs_processing(sm):
-            std_logits = self._processed_logits(std_logits, target_pos, metadata, sm)
+            std_logits = self._processed_logits(raw, target_pos, bonus_pos, metadata, sm,
+                                                bonus=not from_sampler)
         min_p, custom = self._min_p(sm, B, device) if not sm.all_greedy else (0.0, [])
 
         greedy = True
@@ -368,41 +395,30 @@ class SpecopsRejectionSampler(VllmRejectionSampler):
             seed = self._seeds(sm, B, device)
             if custom:
                 std_logits, temperature = self._after_temperature(
-                    std_logits, target_pos, metadata, temperature, custom)
+                    std_logits, metadata, temperature, custom)
+        # the output width is vLLM's (max_spec_len + 1), not read from the blocks
         out = specops.verify_block(
             std_logits, metadata.draft_token_ids, draft_probs,
-            cu_num_draft_tokens=metadata.cu_num_draft_tokens, temperature=temperature,
+            cu_num_draft_tokens=metadata.cu_num_draft_tokens,
+            max_num_draft_tokens=metadata.max_spec_len, temperature=temperature,
             top_k=top_k, top_p=top_p, min_p=min_p, seed=seed,
             offset=None if seed is None else 0, method=self.specops_method,
             backend=self.specops_backend)
         self.last_valid = out.valid
         token_ids = out.token_ids
-        width = metadata.max_spec_len + 1
-        if token_ids.shape[1] != width:              # max over requests == max_spec_len
-            padded = torch.full((B, width), PLACEHOLDER_TOKEN_ID, dtype=torch.int32,
-                                device=device)
-            padded[:, :token_ids.shape[1]] = token_ids
-            token_ids = padded
-        # Where every draft was accepted, specops drew its end-of-block token from the bonus
-        # row, independently of the accept decisions; vLLM's own draw from that row's law
-        # takes its place, so the bonus token is exactly vLLM's (its processors, its RNG).
-        nd = torch.tensor(metadata.num_draft_tokens, dtype=torch.int64, device=device)
-        full = (out.valid.to(device) & (out.num_accepted.to(device, torch.int64) == nd))
-        col = nd.clamp(max=width - 1).unsqueeze(1)
-        bonus = bonus_ids.to(device=device, dtype=token_ids.dtype)
-        token_ids = token_ids.scatter(1, col, torch.where(full.unsqueeze(1), bonus,
-                                                          token_ids.gather(1, col)))
+        if from_sampler:
+            token_ids = self._with_sampler_bonus(token_ids, out, metadata, bonus_ids)
 
         logprobs_tensors = None
         if want_logprobs:
             if self.is_processed_logprobs_mode:
-                target_rows = self._processed_target_logits(
-                    std_logits[target_pos].to(torch.float32), metadata,
-                    (temperature, top_k, top_p, min_p), greedy)
+                rows = self._processed_rows(std_logits.to(torch.float32), metadata,
+                                            (temperature, top_k, top_p, min_p), greedy)
             else:
-                tidx = metadata.target_logits_indices.to(device, torch.int64)
-                target_rows = logits[tidx].to(torch.float32)
-            logprobs_tensors = self._logprobs(sm, metadata, target_rows, bonus_rows, token_ids)
+                rows = raw.to(torch.float32)
+            if from_sampler and bonus_rows is not None and bonus_rows.shape[0] == B:
+                rows = rows.index_put((bonus_pos,), bonus_rows.to(device, torch.float32))
+            logprobs_tensors = self._logprobs(sm, metadata, rows, bonus_pos, token_ids)
         return SamplerOutput(sampled_token_ids=token_ids, logprobs_tensors=logprobs_tensors)
 
 

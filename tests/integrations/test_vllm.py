@@ -220,8 +220,106 @@ class _FixedBonus(Sampler):
         return type(real)(sampled_token_ids=self.tokens, logprobs_tensors=real.logprobs_tensors)
 
 
+def test_bonus_drawn_in_specops_pass_without_the_sampler(monkeypatch):
+    """With vLLM's own Sampler and bonus rows, the bonus token is specops' end-of-block draw
+    from the bonus row (vLLM's Sampler is never called: on vLLM-CPU it sorts every bonus row
+    for top-k / top-p): the drop-in's tokens are verify_block's on the same rows and seeds."""
+    def no_call(*a, **kw):
+        raise AssertionError("vLLM's Sampler was called")
+
+    monkeypatch.setattr(Sampler, "forward", no_call)
+    V, B = 30, 40
+    g = torch.Generator().manual_seed(11)
+    ks = [int(k) for k in torch.randint(0, 4, (B,), generator=g)]
+    logits = torch.randn(sum(ks) + B, V, generator=g) * 3.0
+    spec, row = [], 0
+    for k in ks:                                    # drafts = the row argmax: often accepted
+        spec.append([int(logits[row + j].argmax()) for j in range(k)])
+        row += k + 1
+    dp = torch.softmax(torch.randn(sum(ks), V, generator=g), -1)
+    temp = torch.full((B,), 0.7)
+    top_k, top_p = torch.full((B,), 8), torch.full((B,), 0.9)
+    sm = make_sm(temperature=temp, top_k=top_k, top_p=top_p,
+                 generators={i: torch.Generator().manual_seed(50 + i) for i in range(B)})
+    out = ours()(make_md(spec), dp, logits, sm).sampled_token_ids
+    seeds = torch.stack([torch.randint(-(2 ** 63), 2 ** 63 - 1, (1,), dtype=torch.int64,
+                                       generator=torch.Generator().manual_seed(50 + i))[0]
+                         for i in range(B)])
+    md = make_md(spec)
+    want = specops.verify_block(logits, md.draft_token_ids, dp,
+                                cu_num_draft_tokens=md.cu_num_draft_tokens, temperature=temp,
+                                top_k=top_k, top_p=top_p, seed=seeds, offset=0)
+    assert torch.equal(out, want.token_ids)
+    full = want.num_accepted == torch.tensor(ks)
+    assert int(full.sum()) >= 5                      # bonus tokens were drawn
+
+
+def test_bonus_row_processing_is_vllms_sampler():
+    """Processors on the bonus row (penalties over output + draft tokens, bad words,
+    allowed_token_ids, logit bias) as vLLM's Sampler applies them: greedy, every draft
+    accepted, the bonus token equals the Sampler's on the same rows (and not the raw
+    argmax, so the processing mattered)."""
+    V, B = 16, 3
+    spec = [[1, 2], [3], [4, 5]]
+    bonus_raw = [7, 9, 11]                        # each bonus row's raw argmax ...
+    logits = logits_for(spec, [s + [t] for s, t in zip(spec, bonus_raw)], V=V)
+    bonus_pos = [2, 4, 7]
+    for b, r in enumerate(bonus_pos):             # ... then the runner-up, then the rest
+        logits[r] = torch.linspace(0.0, 1.0, V)
+        logits[r, bonus_raw[b]] = 3.0
+    allowed = torch.zeros(B, V, dtype=torch.bool)
+    allowed[1, 9] = True                          # request 1: 9 masked out
+    lb = LogitBiasLogitsProcessor_with({2: {0: 50.0}})
+    kw = dict(output_token_ids=[[7, 7], [], [1]], spec_token_ids=spec,
+              prompt_token_ids=torch.tensor([[0, 0], [0, 0], [0, 0]]),
+              repetition=[4.0, 1.0, 1.0], allowed_mask=allowed,
+              logitsprocs=LogitsProcessors([lb]), B=B)
+    out = ours()(make_md(spec), None, logits, make_sm(**kw)).sampled_token_ids
+    assert all(out[b, :len(ids)].tolist() == ids for b, ids in enumerate(spec))
+    got = [int(out[b, len(spec[b])]) for b in range(B)]
+    theirs_ = Sampler()(logits[bonus_pos], make_sm(**kw), predict_bonus_token=True)
+    assert got == theirs_.sampled_token_ids.reshape(-1).tolist()
+    assert all(g != r for g, r in zip(got, bonus_raw))
+
+
+def test_thinking_budget_state_advances_once_per_step_as_in_vllm():
+    """vLLM runs its Sampler on the bonus rows first (the thinking-budget state advances
+    there, once per step), then the rejection sampler's processors on the draft rows; the
+    drop-in, drawing the bonus itself, makes the same calls in the same order."""
+    from dataclasses import replace
+
+    class Holder:                                  # records what vLLM's holder is asked
+        def __init__(self):
+            self.calls = []
+
+        def has_tracked_requests(self):
+            return True
+
+        def update_state(self, output_token_ids, spec_token_ids, repeat_indices=None):
+            self.calls.append("update")
+
+        def apply_to_logits(self, logits, predict_bonus_token, spec_token_ids):
+            self.calls.append("bonus rows" if predict_bonus_token else "draft rows")
+            return logits
+
+    spec = [[1, 2], [3]]
+    logits = logits_for(spec, [[1, 2, 4], [3, 4]], V=10)
+
+    def calls(rs):
+        h = Holder()
+        sm = replace(make_sm(temperature=torch.ones(2), spec_token_ids=spec,
+                             output_token_ids=[[], []]), thinking_budget_state_holder=h)
+        rs(make_md(spec), None, logits.clone(), sm)
+        return h.calls
+
+    assert calls(ours()) == ["update", "bonus rows", "draft rows"]
+    if _vllm_setup.VLLM_KERNELS:
+        assert calls(theirs()) == ["update", "bonus rows", "draft rows"]
+
+
 def test_bonus_token_is_the_samplers():
-    """The bonus token (all drafts accepted) is vLLM's Sampler's, from its rows; specops'
+    """A sampler that is not vLLM's own Sampler class (here a subclass returning fixed
+    tokens, as vLLM's tests mock it) draws the bonus token (all drafts accepted); specops'
     own end-of-block draw from that row is what it replaces, nothing else."""
     spec = [[1, 2], [3], []]
     logits = logits_for(spec, [[1, 2, 4], [5, 4], [6]])
