@@ -424,15 +424,22 @@ class SpecopsRejectionSampler(VllmRejectionSampler):
 
 _ORIGINAL = VllmRejectionSampler
 
+# The modules that bind vLLM's rejection-sampler classes by name (vLLM 0.32.0): the defining
+# module, then the model runner that builds the sampler; V1 first, then Model Runner V2.
+# Nothing else is touched.
+V1_MODULES = ("vllm.v1.sample.rejection_sampler", "vllm.v1.worker.gpu_model_runner")
+MRV2_MODULES = ("vllm.v1.worker.gpu.spec_decode.rejection_sampler",
+                "vllm.v1.worker.gpu.model_runner")
 
-def _rebind(original, replacement) -> None:
-    """Point every imported module's ``RejectionSampler`` that is ``original`` elsewhere."""
-    for mod in list(sys.modules.values()):
-        if getattr(mod, "__dict__", {}).get("RejectionSampler") is original:
-            try:
-                setattr(mod, "RejectionSampler", replacement)
-            except Exception:                        # pragma: no cover - read-only module
-                pass
+
+def _patch(modules, original, replacement) -> None:
+    """Point ``RejectionSampler`` at ``replacement`` in each of ``modules`` that is imported
+    and binds ``original``; a model runner imported later takes the name from the defining
+    module, which is patched first."""
+    for name in modules:
+        mod = sys.modules.get(name)
+        if mod is not None and mod.__dict__.get("RejectionSampler") is original:
+            mod.RejectionSampler = replacement
 
 
 def _mrv2_classes():
@@ -446,37 +453,50 @@ def _mrv2_classes():
     return vllm_v2.VllmV2RejectionSampler, vllm_v2.SpecopsV2RejectionSampler
 
 
-def register() -> None:
-    """``vllm.general_plugins`` entry point: make vLLM build specops' rejection samplers.
+def requested() -> bool:
+    """Whether this process asked for specops' samplers: ``SPECOPS_VLLM=1``, or vLLM's own
+    plugin allow-list ``VLLM_PLUGINS`` naming ``specops`` (unset, vLLM loads every installed
+    plugin, so installing specops alone must not count).  ``SPECOPS_VLLM=0`` keeps vLLM's
+    samplers even then.  Any other value of ``SPECOPS_VLLM`` is a ``ValueError``."""
+    flag = os.environ.get("SPECOPS_VLLM", "").strip()
+    if flag not in ("", "0", "1"):
+        raise ValueError(f"SPECOPS_VLLM must be 1 (use specops' rejection samplers in vLLM) "
+                         f"or 0 (keep vLLM's), got {flag!r}")
+    if flag:
+        return flag == "1"
+    allowed = os.environ.get("VLLM_PLUGINS")
+    return allowed is not None and "specops" in (p.strip() for p in allowed.split(","))
 
-    Patches ``vllm.v1.sample.rejection_sampler.RejectionSampler`` (V1 model runners, GPU and
-    CPU) and ``vllm.v1.worker.gpu.spec_decode.rejection_sampler.RejectionSampler`` (Model
-    Runner V2, vLLM's default wherever Triton works), and every already-imported module that
-    bound either name.  The MRV2 drop-in checks at construction that this vLLM's sampler is
-    the one it implements and raises otherwise, so it is never bypassed silently.
-    Idempotent; vLLM calls it once per process.  ``SPECOPS_VLLM_DISABLE=1`` keeps vLLM's own
-    samplers.
+
+def register() -> bool:
+    """``vllm.general_plugins`` entry point: make vLLM build specops' rejection samplers, if
+    the user asked for them (``requested()``: ``SPECOPS_VLLM=1`` or ``VLLM_PLUGINS``
+    naming ``specops``); otherwise nothing is patched.  Returns whether it patched.
+
+    Patches ``RejectionSampler`` in ``V1_MODULES`` (vLLM's V1 sampler and the model runner
+    that builds it, GPU and CPU) and ``MRV2_MODULES`` (Model Runner V2, vLLM's default
+    wherever Triton works), and logs a WARNING: another engine's sampling is replaced.  The
+    MRV2 drop-in checks at construction that this vLLM's sampler is the one it implements
+    and raises otherwise, so it is never bypassed silently.  Idempotent; vLLM calls it once
+    per process.
     """
-    if os.environ.get("SPECOPS_VLLM_DISABLE", "0") == "1":
-        logger.info("specops: SPECOPS_VLLM_DISABLE=1, keeping vLLM's rejection sampler")
-        return
-    _vrs.RejectionSampler = SpecopsRejectionSampler
-    _rebind(_ORIGINAL, SpecopsRejectionSampler)
+    if not requested():
+        logger.debug("specops: installed but not requested (SPECOPS_VLLM=1 or VLLM_PLUGINS "
+                     "naming specops); vLLM keeps its rejection samplers")
+        return False
+    _patch(V1_MODULES, _ORIGINAL, SpecopsRejectionSampler)
     v2 = _mrv2_classes()
     if v2 is not None:
-        import vllm.v1.worker.gpu.spec_decode.rejection_sampler as mrv2
-        mrv2.RejectionSampler = v2[1]
-        _rebind(v2[0], v2[1])
-    logger.info("specops: vLLM's RejectionSampler replaced by SpecopsRejectionSampler%s",
-                "" if v2 is None else " (V1) and SpecopsV2RejectionSampler (Model Runner V2)")
+        _patch(MRV2_MODULES, *v2)
+    logger.warning("specops: vLLM's RejectionSampler replaced by SpecopsRejectionSampler%s "
+                   "(SPECOPS_VLLM=0 keeps vLLM's)",
+                   "" if v2 is None else " (V1) and SpecopsV2RejectionSampler (Model Runner V2)")
+    return True
 
 
 def unregister() -> None:
     """Undo ``register()`` (for tests)."""
-    _vrs.RejectionSampler = _ORIGINAL
-    _rebind(SpecopsRejectionSampler, _ORIGINAL)
+    _patch(V1_MODULES, SpecopsRejectionSampler, _ORIGINAL)
     v2 = _mrv2_classes()
     if v2 is not None:
-        import vllm.v1.worker.gpu.spec_decode.rejection_sampler as mrv2
-        mrv2.RejectionSampler = v2[0]
-        _rebind(v2[1], v2[0])
+        _patch(MRV2_MODULES, v2[1], v2[0])

@@ -68,8 +68,9 @@ def check_compatible() -> None:
         raise RuntimeError(
             "specops: this vLLM's Model Runner V2 RejectionSampler._verify takes "
             f"{params[1:]}, not {_VERIFY_PARAMS[1:]} (vLLM 0.32.0); the specops drop-in "
-            "cannot replace it safely. Set SPECOPS_VLLM_DISABLE=1 to keep vLLM's sampler, or "
-            "VLLM_USE_V2_MODEL_RUNNER=0 to use the V1 runner (which the plugin supports).")
+            "cannot replace it safely. Unset SPECOPS_VLLM (or set it to 0) to keep vLLM's "
+            "sampler, or VLLM_USE_V2_MODEL_RUNNER=0 to use the V1 runner (which the plugin "
+            "supports).")
 
 
 class SpecopsV2RejectionSampler(VllmV2RejectionSampler):
@@ -88,7 +89,7 @@ class SpecopsV2RejectionSampler(VllmV2RejectionSampler):
         if watermark_key is not None:
             raise NotImplementedError(
                 "specops' MRV2 rejection sampler does not implement vLLM's watermarking "
-                "(watermark_config); set SPECOPS_VLLM_DISABLE=1 to use vLLM's sampler")
+                "(watermark_config); unset SPECOPS_VLLM (or set it to 0) to use vLLM's sampler")
         if method is None:
             method = os.environ.get("SPECOPS_VLLM_METHOD", "").strip().lower() or (
                 "block" if self.use_block_verification else "token")

