@@ -2,7 +2,10 @@
 
     $VPY -m bench.bench_vllm [--quick] [--reps N] [--out bench/results/vllm_dropin.md]
 
-(``VPY=$(bash ci/setup_vllm_env.sh | tail -1)``: the vLLM venv.)  Every case is one verify
+(``VPY=$(bash ci/setup_vllm_env.sh | tail -1)``: the vLLM venv.  On a shared machine set
+``OMP_WAIT_POLICY=PASSIVE``: with OpenMP's default busy-waiting, a process whose worker
+threads spin while the machine is oversubscribed pays up to a scheduler time slice, about
+25 ms, on each small torch op, which swamps these timings.)  Every case is one verify
 step in vLLM's own types: the flattened ``[T + B, V]`` float32 logits, ``SpecDecodeMetadata``
 as vLLM's model runner builds it (``bench/vllm_layout.py``), ``SamplingMetadata`` with
 per-request temperature / top-k / top-p tensors, and draft probabilities (a draft model,
@@ -10,6 +13,8 @@ per-request temperature / top-k / top-p tensors, and draft probabilities (a draf
 interleaved round-robin in one run (medians):
 
 * ``floor``: reading the target logits and draft probabilities once (``bench.peers.floor``);
+* ``verify_block``: ``specops.verify_block`` on the same rows with the drop-in's arguments
+  ([B] parameter tensors, seeds, ``max_num_draft_tokens``): the drop-in's core;
 * ``specops``: ``SpecopsRejectionSampler(Sampler())``, the plugin's drop-in;
 * ``bonus by Sampler``: the same drop-in made to call vLLM's Sampler for the bonus token
   (a ``Sampler`` subclass: what every step paid before the bonus moved into specops' pass);
@@ -130,8 +135,10 @@ def run_case(B, K, V, setting, draft_model, reps, rs):
     spec, dp, logits = make_case(B, K, V, setting, draft_model)
     sm = sampling_metadata(B, setting)
     md = make_md(spec)
-    temperature, top_k, top_p = SETTINGS[setting]
-    seeds = torch.arange(B)
+    # the core call with the drop-in's own arguments: [B] parameter tensors, int64 seeds
+    t, k, p = SETTINGS[setting]
+    params = dict(temperature=torch.full((B,), t), top_k=torch.full((B,), k),
+                  top_p=torch.full((B,), p), seed=torch.arange(B), offset=0)
     outs = {name: [] for name in rs}
 
     def step(name):
@@ -142,8 +149,7 @@ def run_case(B, K, V, setting, draft_model, reps, rs):
     calls = {"floor": lambda: peers.floor(logits, dp),
              "verify_block": lambda: specops.verify_block(
                  logits, md.draft_token_ids, dp, cu_num_draft_tokens=md.cu_num_draft_tokens,
-                 max_num_draft_tokens=md.max_spec_len, temperature=temperature, top_k=top_k,
-                 top_p=top_p, seed=seeds, offset=0)}
+                 max_num_draft_tokens=md.max_spec_len, **params)}
     calls.update({name: (lambda n=name: step(n)) for name in rs})
     torch.manual_seed(0)
     times = time_round_robin(calls, reps)
@@ -173,10 +179,11 @@ def run(args):
     # importing it registers vLLM's CPU replacements of its Triton kernels, as vLLM's CPU
     # worker does first
     import bench.vllm_cpu_bias  # noqa: F401
-    reps = args.reps or (3 if args.quick else 5)
+    reps = args.reps or (5 if args.quick else 11)
     rep = report.Report("specops' vLLM drop-in vs vLLM-CPU's rejection sampler",
                         "python -m bench.bench_vllm", getattr(args, "argv", None),
                         f", vllm {vllm.__version__}, threads {torch.get_num_threads()}, "
+                        f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
                         f"medians of {reps} interleaved rounds (samplers slower than "
                         f"{SLOW_S} s: 3)")
     rep.emit("Inputs: vLLM's flattened float32 logits [T + B, V], its SpecDecodeMetadata and "
@@ -230,7 +237,7 @@ def run(args):
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench.bench_vllm",
                                  description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="one shape, 3 rounds")
+    ap.add_argument("--quick", action="store_true", help="one shape, 5 rounds")
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--out", default=os.path.join(RESULTS, "vllm_dropin.md"),
                     help="the markdown report ('' writes none)")
