@@ -739,33 +739,39 @@ def test_bad_opt_in_value_is_a_value_error(monkeypatch):
 
 
 ENTRY_POINT_PROBE = """
-import vllm.plugins, vllm.v1.sample.rejection_sampler as vrs
-vllm.plugins.load_general_plugins()
-print("SAMPLER", vrs.RejectionSampler.__module__ + "." + vrs.RejectionSampler.__qualname__)
+import os, vllm.plugins, vllm.v1.sample.rejection_sampler as vrs
+import specops.integrations.vllm as sv
+for env in ({}, {"SPECOPS_VLLM": "1"}, {"VLLM_PLUGINS": "specops"}):
+    os.environ.update(env)
+    vllm.plugins.plugins_loaded = False       # vLLM loads plugins once per process
+    vllm.plugins.load_general_plugins()
+    print("SAMPLER", vrs.RejectionSampler.__module__ + "." + vrs.RejectionSampler.__qualname__,
+          flush=True)
+    sv.unregister()
+    for k in env:
+        del os.environ[k]
 """
 
 
 @pytest.mark.full
 def test_installed_entry_point_is_opt_in():
     """The installed ``vllm.general_plugins`` entry point, loaded by vLLM's own plugin
-    loader in a fresh process: vLLM's sampler unless SPECOPS_VLLM=1 or VLLM_PLUGINS names
-    specops."""
+    loader in a fresh process: vLLM's sampler by default, specops' under SPECOPS_VLLM=1 or
+    VLLM_PLUGINS naming specops (each with its WARNING)."""
     import os
     import subprocess
     import sys
     from importlib.metadata import entry_points
     assert [e.value for e in entry_points(group="vllm.general_plugins")
             if e.name == "specops"] == ["specops.integrations.vllm:register"]
+    env = {k: v for k, v in os.environ.items() if k not in ("SPECOPS_VLLM", "VLLM_PLUGINS")}
+    res = subprocess.run([sys.executable, "-c", ENTRY_POINT_PROBE], env=env,
+                         capture_output=True, text=True, timeout=300)
+    got = [ln.split()[1] for ln in res.stdout.splitlines() if ln.startswith("SAMPLER ")]
     ours_, theirs_ = ("specops.integrations.vllm.SpecopsRejectionSampler",
                       "vllm.v1.sample.rejection_sampler.RejectionSampler")
-    for env, want in (({}, theirs_), ({"SPECOPS_VLLM": "1"}, ours_),
-                      ({"VLLM_PLUGINS": "specops"}, ours_)):
-        base = {k: v for k, v in os.environ.items() if k not in ("SPECOPS_VLLM", "VLLM_PLUGINS")}
-        res = subprocess.run([sys.executable, "-c", ENTRY_POINT_PROBE], env={**base, **env},
-                             capture_output=True, text=True, timeout=300)
-        got = [ln.split()[1] for ln in res.stdout.splitlines() if ln.startswith("SAMPLER ")]
-        assert got == [want], (env, res.stdout[-2000:], res.stderr[-4000:])
-        assert ("specops: vLLM's RejectionSampler replaced" in res.stderr) == (want == ours_)
+    assert got == [theirs_, ours_, ours_], (res.stdout[-2000:], res.stderr[-4000:])
+    assert res.stderr.count("specops: vLLM's RejectionSampler replaced") == 2, res.stderr[-4000:]
 
 
 # ----------------------------------------------------------------------------- block verification
