@@ -25,7 +25,7 @@ interleaved round-robin in one run (medians):
   its time is that of a wrong computation; the fixed one is what a correct vLLM-CPU costs).
 
 The mean number of accepted drafts per request is reported beside the times (the stock
-vLLM-CPU column shows its bias).  ``run(args)`` / ``main(argv)`` are the entry points.
+vLLM-CPU column shows its bias).  Entry points: ``main(argv)``, or ``run(parser().parse_args(argv))``.
 """
 from __future__ import annotations
 
@@ -234,14 +234,19 @@ def run(args):
     return rep.lines
 
 
-def main(argv=None):
+def parser() -> argparse.ArgumentParser:
+    """The command line of ``python -m bench.bench_vllm`` (``run`` takes what it parses)."""
     ap = argparse.ArgumentParser(prog="python -m bench.bench_vllm",
                                  description=__doc__.split("\n")[0])
     ap.add_argument("--quick", action="store_true", help="one shape, 5 rounds")
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--out", default=os.path.join(RESULTS, "vllm_dropin.md"),
                     help="the markdown report ('' writes none)")
-    args = ap.parse_args(argv)
+    return ap
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
     args.argv = list(sys.argv[1:] if argv is None else argv)
     run(args)
 
