@@ -170,12 +170,16 @@ def _acceptance(c):
 
 def run(args):
     """The measurement with parsed ``args`` (``quick``, ``reps``, ``law_n``, ``max_tokens``,
-    ``out``, ``argv``); returns the report's lines."""
+    ``out``, ``argv``); returns the report's lines, or None where vLLM is not installed."""
     import torch
+    try:
+        import vllm
+    except ImportError as e:
+        print(f"bench_engine_cpu skipped: vLLM is not installed ({e}); see ci/setup_vllm_env.sh")
+        return None
 
     from bench import report
     from bench.vllm_engine import checkpoint
-    import vllm
     with tempfile.TemporaryDirectory() as d:
         model = checkpoint(os.path.join(d, "smollm2"))
         results = [(name, on, _run_engine(model, spec, on, args)) for name, spec, on in ENGINES]

@@ -2,7 +2,8 @@
 
 * ``specops.integrations.vllm``: ``SpecopsRejectionSampler``, a drop-in for vLLM V1's
   ``RejectionSampler``, and ``register()``, the ``vllm.general_plugins`` entry point that
-  installs it into a vLLM process.  Importing it needs vLLM.
+  installs it into a vLLM process when asked (``SPECOPS_VLLM=1``, or ``VLLM_PLUGINS``
+  naming specops).  Importing it needs vLLM.
 * ``specops.integrations.hf``: ``speculative_sampling`` (the signature and returns of
   transformers' ``_speculative_sampling``, backed by specops) and ``generate`` (batched
   speculative decoding for Hugging Face causal LMs, also ``specops.generate``).  Importing
