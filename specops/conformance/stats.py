@@ -1,0 +1,209 @@
+"""The kit's statistics: calibrated goodness-of-fit tests and what they can detect.
+
+No scipy at run time (it is a test-only dependency of specops): the chi-square and
+noncentral chi-square tails come from the regularised incomplete gamma function written out
+below (series and continued fraction, as in Numerical Recipes; ``tests/test_conformance.py``
+holds them to scipy).
+
+**The test.**  Every statistical check compares observed counts with an exact law: one
+categorical law, or a *stratified* one (a conditional law ``P(category | stratum)`` per
+stratum, e.g. the next token given the accepted prefix).  The statistic is Pearson's
+``X^2 = sum (O - E)^2 / E`` summed over strata, with ``df = sum (cells - 1)``; under the
+exact law it is asymptotically chi-square(df) (strata are conditioned on, so the stratum
+sizes need not follow any law).  Cells whose expected count is below ``MIN_EXPECTED`` are
+pooled, smallest first, so the asymptotics hold in the far tail the kit tests at.  A count
+in a cell of probability 0 is not statistics: it is an *impossible event* and fails the
+check outright, whatever the p-value.
+
+**What a pass rules out.**  An alternative law whose total-variation distance from the exact
+law (on the test's cells) is ``delta`` has noncentrality ``lambda = N * sum (p1 - p0)^2 / p0
+>= 4 N delta^2`` (Cauchy-Schwarz: ``(sum |p1 - p0|)^2 <= sum (p1 - p0)^2 / p0 * sum p0``,
+with equality for deviations proportional to p0).  The power of the level-alpha test grows
+with lambda, so every alternative with ``TV >= detectable_tv(N, df, alpha)`` is detected with
+probability at least ``POWER`` (90%), where ``detectable_tv = sqrt(lambda* / (4 N))`` and
+``lambda*`` solves ``P(noncentral chi2(df, lambda*) > critical value) = POWER``.  A bias
+smaller than that can still hide behind a pass.  For impossible events the bound is a rate:
+an event the exact law forbids, occurring at rate ``r`` per opportunity, shows up among ``N``
+opportunities with probability ``1 - (1 - r)^N``, at least 90% once ``r >= ln(10) / N``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import List, Optional
+
+import numpy as np
+
+MIN_EXPECTED = 20.0        # pool cells below this expected count
+POWER = 0.9                # the detection probability the stated bounds are for
+_EPS = 1e-15
+
+
+# ----------------------------------------------------------------------------- special functions
+def _gamma_series(a: float, x: float) -> float:
+    """P(a, x) by its series (converges fast for x < a + 1)."""
+    term = total = 1.0 / a
+    ap = a
+    for _ in range(100000):
+        ap += 1.0
+        term *= x / ap
+        total += term
+        if abs(term) < abs(total) * _EPS:
+            break
+    return total * math.exp(-x + a * math.log(x) - math.lgamma(a))
+
+
+def _gamma_cf(a: float, x: float) -> float:
+    """Q(a, x) by Lentz's continued fraction (for x >= a + 1)."""
+    tiny = 1e-300
+    b = x + 1.0 - a
+    c = 1.0 / tiny
+    d = 1.0 / b
+    h = d
+    for i in range(1, 100000):
+        an = -i * (i - a)
+        b += 2.0
+        d = an * d + b
+        d = tiny if abs(d) < tiny else d
+        c = b + an / c
+        c = tiny if abs(c) < tiny else c
+        d = 1.0 / d
+        step = d * c
+        h *= step
+        if abs(step - 1.0) < _EPS:
+            break
+    return h * math.exp(-x + a * math.log(x) - math.lgamma(a))
+
+
+def gammaincc(a: float, x: float) -> float:
+    """Regularised upper incomplete gamma Q(a, x) = Gamma(a, x) / Gamma(a)."""
+    if x <= 0:
+        return 1.0
+    if x < a + 1.0:
+        return max(0.0, 1.0 - _gamma_series(a, x))
+    return _gamma_cf(a, x)
+
+
+def chi2_sf(x: float, df: float) -> float:
+    """P(chi2(df) > x)."""
+    return gammaincc(df / 2.0, x / 2.0) if df > 0 else (0.0 if x > 0 else 1.0)
+
+
+def chi2_isf(alpha: float, df: float) -> float:
+    """The critical value c with P(chi2(df) > c) = alpha (bisection)."""
+    lo, hi = 0.0, max(1.0, df)
+    while chi2_sf(hi, df) > alpha:
+        hi *= 2.0
+    for _ in range(200):
+        mid = 0.5 * (lo + hi)
+        if chi2_sf(mid, df) > alpha:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-10 * hi:
+            break
+    return 0.5 * (lo + hi)
+
+
+def ncx2_sf(x: float, df: float, lam: float) -> float:
+    """P(noncentral chi2(df, lam) > x): the Poisson(lam / 2) mixture of chi2(df + 2k)."""
+    if lam <= 0:
+        return chi2_sf(x, df)
+    m = lam / 2.0
+    k_hi = int(m + 12.0 * math.sqrt(m) + 30)
+    total = 0.0
+    for k in range(k_hi + 1):
+        logw = -m + k * math.log(m) - math.lgamma(k + 1.0)
+        if logw > -60:
+            total += math.exp(logw) * chi2_sf(x, df + 2.0 * k)
+    return min(1.0, total)
+
+
+def detectable_tv(n: int, df: int, alpha: float, power: float = POWER) -> Optional[float]:
+    """Smallest TV (on the test's cells) detected with probability >= power (module doc)."""
+    if n <= 0 or df <= 0:
+        return None
+    crit = chi2_isf(alpha, df)
+    lo, hi = 0.0, 1.0
+    while ncx2_sf(crit, df, hi) < power:
+        hi *= 2.0
+    for _ in range(100):
+        mid = 0.5 * (lo + hi)
+        if ncx2_sf(crit, df, mid) < power:
+            lo = mid
+        else:
+            hi = mid
+        if hi - lo < 1e-6 * hi:
+            break
+    return min(1.0, math.sqrt(hi / (4.0 * n)))
+
+
+def detectable_rate(n: int, power: float = POWER) -> Optional[float]:
+    """Smallest per-opportunity rate of an impossible event seen with probability >= power."""
+    return min(1.0, -math.log(1.0 - power) / n) if n > 0 else None
+
+
+# ----------------------------------------------------------------------------- the test
+@dataclass
+class GofResult:
+    """A stratified Pearson test: statistic, df, p-value, N, and what could still hide."""
+    statistic: float
+    df: int
+    pvalue: float
+    n: int
+    alpha: float
+    detectable_tv: Optional[float]
+    impossible: List[tuple] = field(default_factory=list)   # (stratum, category, count)
+
+    @property
+    def passed(self) -> bool:
+        return not self.impossible and self.pvalue >= self.alpha
+
+
+def _pool(o: np.ndarray, e: np.ndarray, min_expected: float):
+    """Merge the cells of one stratum whose expected count is below min_expected, smallest
+    first, into one pooled cell (itself merged on until it reaches min_expected)."""
+    order = np.argsort(e, kind="stable")
+    o, e = o[order], e[order]
+    k = 0
+    pooled_o = pooled_e = 0.0
+    while k < len(e) and (e[k] < min_expected or pooled_e and pooled_e < min_expected):
+        pooled_o += o[k]
+        pooled_e += e[k]
+        k += 1
+    cells_o = list(o[k:])
+    cells_e = list(e[k:])
+    if pooled_e > 0:
+        cells_o.append(pooled_o)
+        cells_e.append(pooled_e)
+    return np.asarray(cells_o, dtype=np.float64), np.asarray(cells_e, dtype=np.float64)
+
+
+def stratified_gof(observed, probs, alpha: float, min_expected: float = MIN_EXPECTED,
+                   labels=None) -> GofResult:
+    """Test counts ``observed`` [S, C] against conditional laws ``probs`` [S, C] (each row a
+    law over the categories, rows of strata never observed are ignored)."""
+    observed = np.asarray(observed, dtype=np.float64)
+    probs = np.asarray(probs, dtype=np.float64)
+    stat, df, n = 0.0, 0, int(observed.sum())
+    impossible = []
+    for s in range(observed.shape[0]):
+        o = observed[s]
+        ns = o.sum()
+        if ns == 0:
+            continue
+        row = probs[s]
+        bad = (row <= 0) & (o > 0)
+        for c in np.flatnonzero(bad):
+            impossible.append(((labels[0][s] if labels else s),
+                               (labels[1][c] if labels else c), int(o[c])))
+        keep = row > 0
+        if keep.sum() < 2:
+            continue
+        oc, ec = _pool(o[keep], ns * row[keep] / row[keep].sum(), min_expected)
+        if len(ec) < 2:
+            continue
+        stat += float(((oc - ec) ** 2 / ec).sum())
+        df += len(ec) - 1
+    pvalue = chi2_sf(stat, df) if df > 0 else 1.0
+    return GofResult(stat, df, pvalue, n, alpha, detectable_tv(n, df, alpha), impossible)
