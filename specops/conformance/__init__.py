@@ -1,0 +1,66 @@
+"""``specops check``: an exactness conformance kit engines run against their own samplers.
+
+**The chain protocol** (as simple as FlashInfer's call)::
+
+    sampler(target_probs,      # [B, K+1, V] float32: row j = the target after the prefix
+            draft_probs,       # [B, K, V] float32: row j = q the draft y_j was sampled from,
+                               #   or None: point-mass drafts (n-gram style)
+            draft_token_ids,   # [B, K] int64
+            seeds)             # [B] int64: the request's randomness comes from its seed
+        -> token_ids           # [B, K+1]: accepted drafts, the emitted token, then -1
+
+**The tree protocol**::
+
+    sampler(target_probs,      # [B, N, V] float32: row n = the target after the path root..n
+            draft_probs,       # [B, N, V] float32: row n = q the children of n were drawn
+                               #   from, or None (target_only: point-mass proposals)
+            node_token_ids,    # [B, N] int64 (node 0 = the root, its id ignored)
+            parent_ids,        # [B, N] int64 (-1 for the root, parent < node)
+            seeds,             # [B] int64
+            method)            # "rsd" | "mss" | "target_only"
+        -> token_ids           # [B, D+1]: the accepted path, the emitted token, then -1
+
+The kit drafts the inputs itself with the law each method assumes (chain: drafts from q, or a
+fixed point-mass drafter; rsd: siblings without replacement from q; mss: i.i.d.; target_only:
+the draft's top tokens as arbitrary proposals), runs the sampler on the designs of
+``designs``, and compares what comes back with the exact laws of ``specops.reference``
+(``laws``) by calibrated tests (``stats``, ``checks``).  ``check_chain`` / ``check_tree``
+return a ``Report``: ``assert specops.conformance.check_chain(my_sampler).passed`` in an
+engine's own pytest.  Ready adapters for engines' samplers: ``specops.conformance.adapters``;
+known-bad samplers the kit must fail: ``specops.conformance.negative``.
+"""
+from __future__ import annotations
+
+from typing import Callable, List, Optional
+
+from specops.conformance.checks import Check
+from specops.conformance.report import Report
+
+__all__ = ["check_chain", "check_tree", "Report", "Check"]
+
+
+def check_chain(sampler: Callable, method: str = "token", *, quick: bool = True,
+                seed: int = 0, scale: Optional[float] = None,
+                batch_size: Optional[int] = None, progress: Optional[Callable] = None,
+                designs: Optional[List[str]] = None) -> Report:
+    """Run the conformance kit on a chain sampler (protocol above); ``method`` is the
+    verification it claims: "token" (token-wise rejection sampling) or "block" (block
+    verification, arXiv 2403.10444).  ``quick``: about a minute for a fast sampler;
+    ``scale`` multiplies every design's N (default: 1, or less to fit a quick run's budget);
+    ``seed``: the kit's seed (inputs and seeds drawn from it); ``batch_size``: requests per
+    call (default: the sampler's ``conformance_batch_size`` attribute, else 8192);
+    ``progress(done, total, label)``; ``designs``: run only these designs."""
+    from specops.conformance.runner import run_kit
+    return run_kit("chain", sampler, method, quick=quick, seed=seed, scale=scale,
+                   batch_size=batch_size, progress=progress, designs=designs)
+
+
+def check_tree(sampler: Callable, method: str = "rsd", *, quick: bool = True, seed: int = 0,
+               scale: Optional[float] = None, batch_size: Optional[int] = None,
+               progress: Optional[Callable] = None,
+               designs: Optional[List[str]] = None) -> Report:
+    """Run the kit on a tree sampler; ``method``: "rsd", "mss" or "target_only" (arguments
+    as ``check_chain``)."""
+    from specops.conformance.runner import run_kit
+    return run_kit("tree", sampler, method, quick=quick, seed=seed, scale=scale,
+                   batch_size=batch_size, progress=progress, designs=designs)

@@ -207,3 +207,36 @@ def stratified_gof(observed, probs, alpha: float, min_expected: float = MIN_EXPE
         df += len(ec) - 1
     pvalue = chi2_sf(stat, df) if df > 0 else 1.0
     return GofResult(stat, df, pvalue, n, alpha, detectable_tv(n, df, alpha), impossible)
+
+
+def independence_gof(tables, alpha: float, min_expected: float = MIN_EXPECTED) -> GofResult:
+    """Pearson's test of independence, summed over contingency tables (one per stratum):
+    expected counts from each table's own margins, so only the dependence between the two
+    outcomes is tested, not their laws.  Categories whose margin is too small for every
+    expected count to reach ``min_expected`` are pooled, rarest first."""
+    stat, df, n = 0.0, 0, 0
+    for t in tables:
+        t = np.asarray(t, dtype=np.float64)
+        m = t.sum()
+        n += int(m)
+        if m == 0:
+            continue
+        margin = t.sum(0) + t.sum(1)
+        order = np.argsort(margin, kind="stable")
+        groups = [[int(i)] for i in order]
+        while len(groups) > 1:                       # merge the rarest group into the next
+            share = np.array([margin[g].sum() for g in groups]) / (2 * m)
+            if m * share.min() ** 2 >= min_expected:
+                break
+            k = int(np.argmin(share))
+            other = min((i for i in range(len(groups)) if i != k), key=lambda i: share[i])
+            groups[other] += groups.pop(k)
+        if len(groups) < 2:
+            continue
+        g = np.array([[t[np.ix_(a, b)].sum() for b in groups] for a in groups])
+        e = np.outer(g.sum(1), g.sum(0)) / m
+        keep = e > 0
+        stat += float(((g - e)[keep] ** 2 / e[keep]).sum())
+        df += (len(groups) - 1) ** 2
+    pvalue = chi2_sf(stat, df) if df > 0 else 1.0
+    return GofResult(stat, df, pvalue, n, alpha, detectable_tv(n, df, alpha))
