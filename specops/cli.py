@@ -192,7 +192,8 @@ def add_info_parser(sub) -> None:
     p.set_defaults(func=_info)
 
 
-SUBCOMMANDS = [add_audit_parser, add_lab_parser, add_info_parser]
+SUBCOMMANDS = [add_audit_parser, add_lab_parser, add_info_parser,
+               __import__("specops.conformance.cli", fromlist=["_"]).add_check_parser]
 
 
 def build_parser() -> argparse.ArgumentParser:
