@@ -230,7 +230,8 @@ def independence_gof(tables, alpha: float, min_expected: float = MIN_EXPECTED) -
                 break
             k = int(np.argmin(share))
             other = min((i for i in range(len(groups)) if i != k), key=lambda i: share[i])
-            groups[other] += groups.pop(k)
+            merged = groups[k] + groups[other]
+            groups = [g for i, g in enumerate(groups) if i not in (k, other)] + [merged]
         if len(groups) < 2:
             continue
         g = np.array([[t[np.ix_(a, b)].sum() for b in groups] for a in groups])
