@@ -86,6 +86,9 @@ def gof_check(name, design, purpose, expected: Dict, observed: Dict, *, what: st
         detail = (f"impossible under the exact law: {where} observed {k} time(s)"
                   + (f" (+{len(res.impossible) - 1} more cells)" if len(res.impossible) > 1
                      else ""))
+    elif res.df == 0:
+        detail = (f"{what}: too few requests for the test (every cell pooled or a single "
+                  "outcome); only impossible outcomes were checked")
     elif res.pvalue < alpha:
         detail = f"{what}: p = {res.pvalue:.3g} < alpha = {alpha:g}"
     else:

@@ -29,7 +29,7 @@ def bars(plot: dict, width: int = 1000, height: int = 180) -> str:
     pad_l, pad_b = 40, 70
     w = (width - pad_l) / max(k, 1)
     y = lambda v: 10 + (height - 10) * (1 - v / top)           # noqa: E731
-    parts = [f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" '
+    parts = [f'<svg width="{width}" '
              f'height="{height + pad_b}" role="img">']
     for t in (0.0, top / 2, top / 1.1):
         parts.append(f'<line x1="{pad_l}" x2="{width}" y1="{y(t):.1f}" y2="{y(t):.1f}" '
