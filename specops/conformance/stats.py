@@ -28,6 +28,7 @@ opportunities with probability ``1 - (1 - r)^N``, at least 90% once ``r >= ln(10
 """
 from __future__ import annotations
 
+import functools
 import math
 from dataclasses import dataclass, field
 from typing import List, Optional
@@ -123,6 +124,12 @@ def detectable_tv(n: int, df: int, alpha: float, power: float = POWER) -> Option
     """Smallest TV (on the test's cells) detected with probability >= power (module doc)."""
     if n <= 0 or df <= 0:
         return None
+    return min(1.0, math.sqrt(_noncentrality(int(df), float(alpha), float(power)) / (4.0 * n)))
+
+
+@functools.lru_cache(maxsize=None)
+def _noncentrality(df: int, alpha: float, power: float) -> float:
+    """lambda* with P(noncentral chi2(df, lambda*) > the level-alpha critical value) = power."""
     crit = chi2_isf(alpha, df)
     lo, hi = 0.0, 1.0
     while ncx2_sf(crit, df, hi) < power:
@@ -135,7 +142,7 @@ def detectable_tv(n: int, df: int, alpha: float, power: float = POWER) -> Option
             hi = mid
         if hi - lo < 1e-6 * hi:
             break
-    return min(1.0, math.sqrt(hi / (4.0 * n)))
+    return hi
 
 
 def detectable_rate(n: int, power: float = POWER) -> Optional[float]:
@@ -152,8 +159,11 @@ class GofResult:
     pvalue: float
     n: int
     alpha: float
-    detectable_tv: Optional[float]
     impossible: List[tuple] = field(default_factory=list)   # (stratum, category, count)
+
+    @property
+    def detectable_tv(self) -> Optional[float]:
+        return detectable_tv(self.n, self.df, self.alpha)
 
     @property
     def passed(self) -> bool:
@@ -206,7 +216,7 @@ def stratified_gof(observed, probs, alpha: float, min_expected: float = MIN_EXPE
         stat += float(((oc - ec) ** 2 / ec).sum())
         df += len(ec) - 1
     pvalue = chi2_sf(stat, df) if df > 0 else 1.0
-    return GofResult(stat, df, pvalue, n, alpha, detectable_tv(n, df, alpha), impossible)
+    return GofResult(stat, df, pvalue, n, alpha, impossible)
 
 
 def independence_gof(tables, alpha: float, min_expected: float = MIN_EXPECTED) -> GofResult:
@@ -240,4 +250,4 @@ def independence_gof(tables, alpha: float, min_expected: float = MIN_EXPECTED) -
         stat += float(((g - e)[keep] ** 2 / e[keep]).sum())
         df += (len(groups) - 1) ** 2
     pvalue = chi2_sf(stat, df) if df > 0 else 1.0
-    return GofResult(stat, df, pvalue, n, alpha, detectable_tv(n, df, alpha))
+    return GofResult(stat, df, pvalue, n, alpha)

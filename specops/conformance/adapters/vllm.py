@@ -46,7 +46,10 @@ def _setup(path: str) -> None:
         from vllm.triton_utils import HAS_TRITON
         if HAS_TRITON:
             raise RuntimeError("Triton is active in vLLM here: its CPU overrides do not run")
-        current_platform.register_triton_kernel_overrides()
+        import vllm.v1.sample.rejection_sampler as vrs
+        from vllm.triton_utils.dispatcher import KernelOverride
+        if not isinstance(vrs.expand_kernel, KernelOverride):     # not registered yet
+            current_platform.register_triton_kernel_overrides()
     else:
         _triton_interpreter()
     _MODE["path"] = path
