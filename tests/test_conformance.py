@@ -220,7 +220,8 @@ def test_cli_exit_codes(tmp_path, capsys):
     assert cli.main(base + ["specops.conformance.negative:exact_chain", "--report",
                             str(html)]) == 0
     assert "<svg" in html.read_text()
-    capsys.readouterr()
+    assert cli.main(base + ["specops.conformance.negative:exact_chain", "--repeat", "2"]) == 0
+    assert "2 of 2 runs passed" in capsys.readouterr().out
     assert cli.main(base + ["specops.conformance.negative:target_row_off_by_one",
                             "--json"]) == 1
     out = json.loads(capsys.readouterr().out)

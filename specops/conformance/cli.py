@@ -7,6 +7,7 @@ kind does not have, a report path that cannot be written).
 from __future__ import annotations
 
 import importlib
+import json
 import os
 import sys
 import time
@@ -99,23 +100,41 @@ def _check(args) -> int:
 
     def announce(msg):
         print(f"specops check: {msg}", file=sys.stderr)
-    try:
-        report = run_kit(args.kind, sampler, method, quick=args.quick, seed=args.seed,
-                         scale=args.scale, batch_size=args.batch_size, progress=bar,
-                         designs=designs, announce=announce)
-    except (TypeError, ValueError) as exc:
+    if args.repeat < 1:
+        return usage(f"--repeat must be >= 1, got {args.repeat}")
+    reports = []
+    for seed in range(args.seed, args.seed + args.repeat):
+        try:
+            report = run_kit(args.kind, sampler, method, quick=args.quick, seed=seed,
+                             scale=args.scale, batch_size=args.batch_size, progress=bar,
+                             designs=designs, announce=announce)
+        except (TypeError, ValueError) as exc:
+            if bar:
+                bar.close()
+            return usage(str(exc))
         if bar:
             bar.close()
-        return usage(str(exc))
-    if bar:
-        bar.close()
-    print(report.to_json() if args.json else report.to_text())
+        reports.append(report)
+        if args.repeat > 1 and not args.json:
+            print(f"kit seed {seed}: {'pass' if report.passed else 'FAIL'}"
+                  + (f" ({', '.join(c.id for c in report.failed)})" if report.failed else "")
+                  + f", {report.requests:,} requests, {report.elapsed_s:.1f} s", flush=True)
+    report = next((r for r in reports if not r.passed), reports[-1])
+    passed = sum(r.passed for r in reports)
+    if args.json:
+        print(report.to_json() if args.repeat == 1 else json.dumps(
+            [{k: v for k, v in r.to_dict().items() if k != "checks"} for r in reports]))
+    elif args.repeat == 1:
+        print(report.to_text())
+    else:
+        print(f"{passed} of {args.repeat} runs passed (kit seeds {args.seed}.."
+              f"{args.seed + args.repeat - 1})")
     if args.report:
         with open(args.report, "w") as f:
             f.write(report.to_html())
         if not args.json:
             print(f"report written to {os.path.abspath(args.report)}")
-    return 0 if report.passed else 1
+    return 0 if passed == len(reports) else 1
 
 
 def add_check_parser(sub) -> None:
@@ -151,4 +170,7 @@ def add_check_parser(sub) -> None:
                                                   "(default: the sampler's "
                                                   "conformance_batch_size, else 8192)")
     p.add_argument("--designs", metavar="A,B,...", help="run only these designs")
+    p.add_argument("--repeat", type=int, default=1, metavar="R",
+                   help="run R times with kit seeds SEED..SEED+R-1 and count the passes "
+                        "(the report: the first failing run, else the last)")
     p.set_defaults(func=_check)

@@ -192,38 +192,42 @@ class TreeControl:
         return torch.from_numpy(out)
 
 
+# name: (bug switches, the method the kit runs it with, the checks built to catch it)
+CHAIN_BUGS = {
+    "wrong_fallback": ({"wrong_fallback": True}, "token",
+                       ("law.output", "law.next_token", "boundary")),
+    "coin_reused_for_residual": ({"reuse_coin": True}, "token",
+                                 ("coupling.accept_residual", "law.next_token")),
+    "bonus_noise_is_last_draft": ({"bonus_is_last": True}, "token",
+                                  ("coupling.decision_bonus",)),
+    "coin_le_p_bf16": ({"coin_le_p": True}, "token",
+                       ("boundary.zero_target_prob", "boundary")),
+    "same_coin_every_position": ({"same_coin": True}, "token",
+                                 ("coupling.positions", "law.length")),
+    "one_stream_per_batch": ({"one_stream": True}, "token",
+                             ("coupling.batch", "seeds.batch_invariant")),
+    "target_row_off_by_one": ({"row_shift": True}, "token", ("law.output", "boundary")),
+}
+TREE_BUGS = {
+    "tree_residual_not_updated": ({"no_residual_update": True}, "rsd",
+                                  ("law.output", "coupling.siblings")),
+    "tree_mss_rule_on_rsd": ({"keep_q": True}, "rsd", ("law.output", "coupling.siblings")),
+    "tree_coin_le_p_bf16": ({"cumulative_coin": True}, "target_only",
+                            ("boundary.zero_target_prob", "boundary")),
+    "tree_wrong_logits_slice": ({"row_shift": True}, "rsd", ("law.output", "boundary")),
+    "tree_wrong_fallback": ({"wrong_fallback": True}, "rsd",
+                            ("law.output", "law.next_token")),
+}
+for _name, (_bugs, _, _) in CHAIN_BUGS.items():
+    globals()[_name] = ChainControl(_name, **_bugs)
+for _name, (_bugs, _, _) in TREE_BUGS.items():
+    globals()[_name] = TreeControl(_name, **_bugs)
 exact_chain = ChainControl("exact_chain")
-wrong_fallback = ChainControl("wrong_fallback", wrong_fallback=True)
-coin_reused_for_residual = ChainControl("coin_reused_for_residual", reuse_coin=True)
-bonus_noise_is_last_draft = ChainControl("bonus_noise_is_last_draft", bonus_is_last=True)
-coin_le_p_bf16 = ChainControl("coin_le_p_bf16", coin_le_p=True)
-same_coin_every_position = ChainControl("same_coin_every_position", same_coin=True)
-one_stream_per_batch = ChainControl("one_stream_per_batch", one_stream=True)
-target_row_off_by_one = ChainControl("target_row_off_by_one", row_shift=True)
 unseeded_chain = ChainControl("unseeded_chain", unseeded=True)
-
 exact_tree = TreeControl("exact_tree")
-tree_residual_not_updated = TreeControl("tree_residual_not_updated", no_residual_update=True)
-tree_mss_rule_on_rsd = TreeControl("tree_mss_rule_on_rsd", keep_q=True)
-tree_coin_le_p_bf16 = TreeControl("tree_coin_le_p_bf16", cumulative_coin=True)
-tree_wrong_logits_slice = TreeControl("tree_wrong_logits_slice", row_shift=True)
-tree_wrong_fallback = TreeControl("tree_wrong_fallback", wrong_fallback=True)
 
 # control -> (kind, method, the checks built to catch it: at least one must fail)
-EXPECTED = {
-    "wrong_fallback": ("chain", "token", ("law.output", "law.next_token", "boundary")),
-    "coin_reused_for_residual": ("chain", "token", ("coupling.accept_residual",
-                                                    "law.next_token")),
-    "bonus_noise_is_last_draft": ("chain", "token", ("coupling.decision_bonus",)),
-    "coin_le_p_bf16": ("chain", "token", ("boundary.zero_target_prob", "boundary")),
-    "same_coin_every_position": ("chain", "token", ("coupling.positions", "law.length")),
-    "one_stream_per_batch": ("chain", "token", ("coupling.batch", "seeds.batch_invariant")),
-    "target_row_off_by_one": ("chain", "token", ("law.output", "boundary")),
-    "tree_residual_not_updated": ("tree", "rsd", ("law.output", "coupling.siblings")),
-    "tree_mss_rule_on_rsd": ("tree", "rsd", ("law.output", "coupling.siblings")),
-    "tree_coin_le_p_bf16": ("tree", "target_only", ("boundary.zero_target_prob", "boundary")),
-    "tree_wrong_logits_slice": ("tree", "rsd", ("law.output", "boundary")),
-    "tree_wrong_fallback": ("tree", "rsd", ("law.output", "law.next_token")),
-}
+EXPECTED = {**{n: ("chain", m, c) for n, (_, m, c) in CHAIN_BUGS.items()},
+            **{n: ("tree", m, c) for n, (_, m, c) in TREE_BUGS.items()}}
 POSITIVE = {"exact_chain": ("chain", "token"), "exact_tree": ("tree", "rsd"),
             "unseeded_chain": ("chain", "token")}
