@@ -12,6 +12,7 @@ import torch
 
 import specops
 from specops import reference as R
+from tests._negative import verify_rows_variant
 from tests.cases import KINDS, make_case, reference_output, shared_case
 from tests._families import ADVERSARIAL, dyadic, tree
 
@@ -302,12 +303,12 @@ def _run(backend, ids, q_rows, seed0, variant="exact"):
     n, K = ids.shape
     if backend == "reference" and variant != "exact":
         ar = np.arange(n)
-        tok, nacc, _ = R.verify_rows_ref(
-            np.broadcast_to(P_ROWS, (n, K + 1, 6)).reshape(-1, 6), True, ar * (K + 1),
+        tok, nacc, _ = verify_rows_variant(
+            variant, np.broadcast_to(P_ROWS, (n, K + 1, 6)).reshape(-1, 6), True, ar * (K + 1),
             ids.reshape(-1), ar * K, np.full(n, K),
             np.broadcast_to(q_rows, (n, K, 6)).reshape(-1, 6), True, np.ones(n, np.float32),
             np.zeros(n, np.int64), np.ones(n, np.float32), np.zeros(n, np.float32),
-            seed0 + ar, np.zeros(n, np.int64), K, method="block", _variant=variant)
+            seed0 + ar, np.zeros(n, np.int64), K, method="block")
         return tok, nacc
     out = specops.verify_block(
         target_probs=torch.from_numpy(np.ascontiguousarray(np.broadcast_to(P_ROWS, (n, K + 1, 6)))),

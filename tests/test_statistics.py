@@ -17,6 +17,7 @@ import specops
 from specops import reference as R
 from tests._stats import (ALPHA, N, P_ROWS, Q_ROWS, chi2_pvalue, detectable_tv,  # noqa: F401
                           draft_ids, law_pvalues)
+from tests._negative import verify_rows_variant
 
 
 def run_reference_variant(variant, ids, p_rows, q_rows, seed0):
@@ -25,10 +26,10 @@ def run_reference_variant(variant, ids, p_rows, q_rows, seed0):
     target = np.broadcast_to(p_rows, (n, K + 1, V)).reshape(-1, V)
     draft = np.broadcast_to(q_rows, (n, K, V)).reshape(-1, V)
     ar = np.arange(n)
-    tok, nacc, valid = R.verify_rows_ref(
-        target, True, ar * (K + 1), ids.reshape(-1), ar * K, np.full(n, K), draft, True,
-        np.ones(n, np.float32), np.zeros(n, np.int64), np.ones(n, np.float32),
-        np.zeros(n, np.float32), seed0 + ar, np.zeros(n, np.int64), K, _variant=variant)
+    tok, nacc, valid = verify_rows_variant(
+        variant, target, True, ar * (K + 1), ids.reshape(-1), ar * K, np.full(n, K), draft,
+        True, np.ones(n, np.float32), np.zeros(n, np.int64), np.ones(n, np.float32),
+        np.zeros(n, np.float32), seed0 + ar, np.zeros(n, np.int64), K)
     assert valid.all()
     return tok, nacc
 

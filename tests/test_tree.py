@@ -10,6 +10,7 @@ import torch
 import specops
 from specops import reference as R
 from tests._families import ADVERSARIAL, dyadic
+from tests._negative import verify_tree_variant
 from tests._stats import ALPHA, chi2_pvalue
 
 TB = np.array([[.5, .3, .2], [.2, .6, .2], [.1, .2, .7]], np.float32)   # the Markov model
@@ -160,11 +161,10 @@ def run_tree(backend, ids, method, seed0, variant=None):
     n = ids.shape[0]
     par = torch.tensor(STAT_TREE).expand(n, 5)
     if variant is not None:
-        tok, nacc, _, _ = R.verify_tree_ref(
-            target.numpy(), True, ids.numpy(), par.numpy(), np.full(n, 5), draft.numpy(), True,
+        tok, nacc, _, _ = verify_tree_variant(
+            variant, target.numpy(), True, ids.numpy(), par.numpy(), np.full(n, 5), draft.numpy(), True,
             np.ones(n, np.float32), np.zeros(n, np.int64), np.ones(n, np.float32),
-            np.zeros(n, np.float32), seed0 + np.arange(n), np.zeros(n, np.int64), 2, method,
-            _variant=variant)
+            np.zeros(n, np.float32), seed0 + np.arange(n), np.zeros(n, np.int64), 2, method)
         return tok, nacc
     out = specops.verify_tree(target_probs=target.contiguous(), node_token_ids=ids,
                               parent_ids=par, draft_probs=draft.contiguous(), method=method,

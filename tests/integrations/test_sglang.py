@@ -12,10 +12,10 @@ import pytest
 import torch
 
 import specops
-from specops import reference_tree as RT
 from specops.backends import registry
 from specops.integrations import sglang as S
 from specops.tree import TreeVerifyOutput
+from tests._negative import verify_tree_variant
 
 scipy_stats = pytest.importorskip("scipy.stats")
 
@@ -515,11 +515,10 @@ def test_negative_control_ignoring_residual_fails():
               generator, backend, validate):
         Bn, N = tokens.shape
         one, zero = np.ones(Bn), np.zeros(Bn)
-        out = RT.verify_tree_ref(target_probs.numpy(), True, tokens.numpy(), parents.numpy(),
-                                 np.full(Bn, N), None, True, one.astype(np.float32),
-                                 zero.astype(np.int64), one, zero, seed.numpy(),
-                                 np.zeros(Bn, np.int64), max_depth, method,
-                                 _variant="wrong_fallback")
+        out = verify_tree_variant("wrong_fallback", target_probs.numpy(), True,
+                                  tokens.numpy(), parents.numpy(), np.full(Bn, N), None, True,
+                                  one.astype(np.float32), zero.astype(np.int64), one, zero,
+                                  seed.numpy(), np.zeros(Bn, np.int64), max_depth, method)
         return TreeVerifyOutput(*(torch.from_numpy(t) for t in out))
 
     p, a, n = outputs(B, 4, 3)
