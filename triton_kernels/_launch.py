@@ -1,5 +1,7 @@
-"""Host-side launch helpers shared by the launchers."""
+"""Host-side launch helpers shared by the launchers, and the bandwidth model (H200
+constants) that chooses the verify path from the shapes."""
 import os
+from typing import NamedTuple
 
 import torch
 import triton
@@ -41,18 +43,41 @@ def next_pow2(n: int) -> int:
     return triton.next_power_of_2(max(int(n), 1))
 
 
+class RowArgs(NamedTuple):
+    """The leading arguments of every chain kernel (per-request and split), in the kernels'
+    order: target rows, row starts, id counts, the draft rows (the target itself for
+    point-mass drafts, never read) and the sampling parameters."""
+    target: torch.Tensor
+    t_stride: int
+    N: int                      # target rows
+    target_row_start: torch.Tensor
+    draft_ids: torch.Tensor
+    draft_row_start: torch.Tensor
+    num_draft: torch.Tensor
+    n_ids: int                  # draft ids in the id tensor
+    n_draft_rows: int           # draft indices in [0, n_draft_rows) exist
+    q: torch.Tensor             # draft rows (or the target: point-mass drafts)
+    q_stride: int
+    inv_temp: torch.Tensor
+    top_k: torch.Tensor
+    top_p: torch.Tensor
+    min_p: torch.Tensor
+
+
+def q_mode_of(draft, draft_is_probs) -> int:
+    """The kernels' Q_MODE: 0 point-mass drafts (no q), 1 draft probs, 2 draft logits."""
+    return 0 if draft is None else (1 if draft_is_probs else 2)
+
+
 def row_args(target, target_row_start, draft_ids, draft_row_start, num_draft, draft,
              draft_is_probs, inv_temp, top_k, top_p, min_p):
-    """(the leading kernel arguments every per-request / split kernel takes, Q_MODE):
-    target rows, row starts, id counts, the draft rows (the target itself for point-mass
-    drafts, never read) and the sampling parameters, in the kernels' argument order."""
+    """-> (RowArgs, Q_MODE)."""
     n_ids = draft_ids.numel()
     n_draft_rows = n_ids if draft is None else min(n_ids, draft.shape[0])
-    q_mode = 0 if draft is None else (1 if draft_is_probs else 2)
     q = target if draft is None else draft
-    return (target, target.stride(0), target.shape[0], target_row_start, draft_ids,
-            draft_row_start, num_draft, n_ids, n_draft_rows, q, q.stride(0), inv_temp, top_k,
-            top_p, min_p), q_mode
+    return RowArgs(target, target.stride(0), target.shape[0], target_row_start, draft_ids,
+                   draft_row_start, num_draft, n_ids, n_draft_rows, q, q.stride(0), inv_temp,
+                   top_k, top_p, min_p), q_mode_of(draft, draft_is_probs)
 
 
 def walk_sizes(max_k: int, V: int, device) -> dict:
@@ -62,11 +87,14 @@ def walk_sizes(max_k: int, V: int, device) -> dict:
 
 
 # ----------------------------------------------------------------------------- pipeline
-# The H200 model of bench/gpu_model.py (constants stated there): which verify path is faster
-# is decided from shapes alone (no tensor value), so the choice never syncs.
-MODEL_HBM_BPS = 4.8e12          # HBM bandwidth, bytes/s
-MODEL_SM_BPS = 50e9             # what one program (one SM) streams, bytes/s (assumed)
+# The H200 bandwidth model: which verify path is faster is decided from shapes alone (no
+# tensor value), so the choice never syncs.  bench/gpu_model.py reads these constants and
+# reports what the model implies for the interpreter's counts of bytes and launches.
+MODEL_HBM_BPS = 4.8e12          # HBM3e bandwidth, bytes/s
+MODEL_N_SM = 132                # SMs
+MODEL_SM_BPS = 50e9             # ASSUMPTION: one SM streams ~40-60 GB/s; one program per SM
 MODEL_LAUNCH_S = 2.5e-6         # one eager launch
+MODEL_GRAPH_LAUNCH_S = 1e-6     # one launch under CUDA-graph replay
 GPU_CHUNK = 4096                # vocabulary chunk of one split program on the GPU
 
 

@@ -6,9 +6,9 @@ import triton
 import triton.language as tl
 
 from ._block_rows import accept_rate
-from ._common import block_length, probs_check_argmax, logits_scan, request_ok
+from ._common import logits_scan, probs_check_argmax
 from ._launch import launch_opts, row_args, walk_sizes
-from .verify_block import _draft_row, _target_row
+from ._walk_common import draft_row, load_request, target_row
 
 
 @triton.jit(do_not_specialize=["t_stride", "N", "n_ids", "q_stride", "n_draft_rows", "V",
@@ -40,18 +40,16 @@ def _accept_rates_kernel(
     MAXK_P2: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
-    t0 = tl.load(t_start_ptr + b)
-    d0 = tl.load(d_start_ptr + b)
-    req = (tl.load(inv_t_ptr + b), tl.load(top_k_ptr + b), tl.load(top_p_ptr + b),
-           tl.load(min_p_ptr + b), tl.full([], 0, tl.int64), tl.full([], 0, tl.int64))
+    t0, d0, params, kb, draft_oob, ok = load_request(
+        b, t_start_ptr, ids_ptr, d_start_ptr, n_draft_ptr, n_ids, n_draft_rows, inv_t_ptr,
+        top_k_ptr, top_p_ptr, min_p_ptr, V, MAXK, T_PROBS, MAXK_P2)
+    req = params + (tl.full([], 0, tl.int64), tl.full([], 0, tl.int64))   # no stream
     inv_t = req[0]
-    kb, draft_oob, ids_ok = block_length(ids_ptr, d0, tl.load(n_draft_ptr + b), n_ids,
-                                         n_draft_rows, V, MAXK, MAXK_P2)
     greedy = inv_t == 0.0
     last = tl.minimum(kb - 1, tl.load(nacc_ptr + b))        # token-wise: j <= num_accepted
     if BLOCK:
         last = tl.where(greedy, last, kb - 1)
-    if (ids_ok & request_ok(req, T_PROBS)) == 0:
+    if ok == 0:
         last = -1
     j = tl.full([], 0, tl.int32)
     while j <= last:
@@ -68,10 +66,10 @@ def _accept_rates_kernel(
                 if ok:
                     rate = tl.where(y == arg, 1.0, 0.0).to(tl.float32)
             else:
-                ok, t_stats = _target_row(t_row, V, req, T_PROBS, BLOCK_V)
+                ok, t_stats = target_row(t_row, V, req, T_PROBS, BLOCK_V)
                 if ok:
                     q_row = q_ptr + (d0 + j) * q_stride
-                    q_ok, q_stats = _draft_row(q_row, V, req, Q_MODE, BLOCK_V)
+                    q_ok, q_stats = draft_row(q_row, V, req, Q_MODE, BLOCK_V)
                     if q_ok:
                         rate = accept_rate(t_row, q_row, V, y, inv_t, t_stats, q_stats,
                                            T_PROBS, Q_MODE, BLOCK_V)

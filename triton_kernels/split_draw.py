@@ -12,26 +12,24 @@ import triton.language as tl
 
 from ._common import (P_CHECK_MAX, TAG_SAMPLE, _weights_tile, find_token, mulhi_u64,
                       stream_words)
-from .split_accept import write_row
-from .split_transform import _stats_chunk
+from ._split_common import (AT_DRAW, AT_J, AT_Q_OK, AT_Y, DRAW_AT_WIDTH, OF_DRAFT, OF_TARGET,
+                            load_draw_stats, stats_chunk)
+from ._walk_common import write_row
 
 
 @triton.jit
 def _request_draw(b, t_ptr, t_stride, t_start_ptr, q_ptr, q_stride, d_start_ptr, inv_t_ptr,
-                  info_i_ptr, info_f_ptr, info_m_ptr):
+                  draw_at_ptr, draw_stats_ptr, draw_mass_ptr):
     """-> (draw, j, y, q_ok, inv_t, t_row, q_row, t_stats, q_stats) of request b."""
-    draw = tl.load(info_i_ptr + b * 4 + 2) != 0
-    j = tl.load(info_i_ptr + b * 4)
-    y = tl.load(info_i_ptr + b * 4 + 1)
-    q_ok = tl.load(info_i_ptr + b * 4 + 3) != 0
+    at = draw_at_ptr + b * DRAW_AT_WIDTH
+    draw = tl.load(at + AT_DRAW) != 0
+    j = tl.load(at + AT_J)
+    y = tl.load(at + AT_Y)
+    q_ok = tl.load(at + AT_Q_OK) != 0
     t_row = t_ptr + (tl.load(t_start_ptr + b) + j) * t_stride
     q_row = q_ptr + (tl.load(d_start_ptr + b) + tl.where(y >= 0, j, 0)) * q_stride
-    t_stats = (tl.load(info_f_ptr + b * 8), tl.load(info_f_ptr + b * 8 + 1),
-               tl.load(info_f_ptr + b * 8 + 2), tl.load(info_f_ptr + b * 8 + 3),
-               tl.load(info_m_ptr + b * 2))
-    q_stats = (tl.load(info_f_ptr + b * 8 + 4), tl.load(info_f_ptr + b * 8 + 5),
-               tl.load(info_f_ptr + b * 8 + 6), tl.load(info_f_ptr + b * 8 + 7),
-               tl.load(info_m_ptr + b * 2 + 1))
+    t_stats = load_draw_stats(draw_stats_ptr, draw_mass_ptr, b, OF_TARGET)
+    q_stats = load_draw_stats(draw_stats_ptr, draw_mass_ptr, b, OF_DRAFT)
     return draw, j, y, q_ok, tl.load(inv_t_ptr + b), t_row, q_row, t_stats, q_stats
 
 
@@ -55,16 +53,16 @@ def _draw_sums_kernel(
     t_ptr, t_stride, t_start_ptr,   # target rows (logits or float32 probs)
     q_ptr, q_stride, d_start_ptr,   # draft rows (probs or logits; t_ptr if Q_MODE 0)
     inv_t_ptr,                 # [B] float32
-    info_i_ptr, info_f_ptr, info_m_ptr,   # the draw of each request (split_accept)
-    psum_ptr,                  # [B, C, 4] int64 out: sum W_r, sum W_p, bad, probs mass
+    draw_at_ptr, draw_stats_ptr, draw_mass_ptr,   # the draw of each request (split_accept)
+    draw_sums_ptr,                  # [B, C, 4] int64 out: sum W_r, sum W_p, bad, probs mass
     V, C, CHUNK,
     T_PROBS: tl.constexpr, Q_MODE: tl.constexpr, BLOCK_V: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1).to(tl.int64)
     draw, j, y, q_ok, inv_t, t_row, q_row, t_stats, q_stats = _request_draw(
-        b, t_ptr, t_stride, t_start_ptr, q_ptr, q_stride, d_start_ptr, inv_t_ptr, info_i_ptr,
-        info_f_ptr, info_m_ptr)
+        b, t_ptr, t_stride, t_start_ptr, q_ptr, q_stride, d_start_ptr, inv_t_ptr, draw_at_ptr,
+        draw_stats_ptr, draw_mass_ptr)
     if draw:
         lo = (c * CHUNK).to(tl.int32)     # V <= 2**22: int32 indices
         hi = tl.minimum(lo + CHUNK, V)
@@ -80,12 +78,12 @@ def _draw_sums_kernel(
         bad = tl.full([], 0, tl.int64)
         mass = tl.full([], 1, tl.int64)
         if T_PROBS:                            # the drawn probability row is checked in full
-            best, arg, bad, mass, one = _stats_chunk(t_row, lo, hi, 1.0, True, BLOCK_V)
+            best, arg, bad, mass, one = stats_chunk(t_row, lo, hi, 1.0, True, BLOCK_V)
         k = (b * C + c) * 4
-        tl.store(psum_ptr + k, sr)
-        tl.store(psum_ptr + k + 1, sp)
-        tl.store(psum_ptr + k + 2, bad)
-        tl.store(psum_ptr + k + 3, mass)
+        tl.store(draw_sums_ptr + k, sr)
+        tl.store(draw_sums_ptr + k + 1, sp)
+        tl.store(draw_sums_ptr + k + 2, bad)
+        tl.store(draw_sums_ptr + k + 3, mass)
 
 
 @triton.jit(do_not_specialize=["t_stride", "q_stride", "V", "MAXK", "C", "CHUNK"])
@@ -93,8 +91,8 @@ def _draw_find_kernel(
     t_ptr, t_stride, t_start_ptr, q_ptr, q_stride, d_start_ptr, inv_t_ptr,   # as above
     ids_ptr,                   # [n_ids] int64 draft ids (the output row's accepted drafts)
     seed_ptr, offset_ptr,      # [B] int64 Philox key and counter words 2-3
-    info_i_ptr, info_f_ptr, info_m_ptr,
-    psum_ptr,                  # [B, C, 4] int64 chunk sums (in)
+    draw_at_ptr, draw_stats_ptr, draw_mass_ptr,
+    draw_sums_ptr,                  # [B, C, 4] int64 chunk sums (in)
     tok_ptr, nacc_ptr, valid_ptr,   # [B, MAXK + 1] int32, [B] int32, [B] bool out
     V, MAXK, C, CHUNK,
     T_PROBS: tl.constexpr, Q_MODE: tl.constexpr, BLOCK_V: tl.constexpr,
@@ -103,20 +101,20 @@ def _draw_find_kernel(
     b = tl.program_id(0).to(tl.int64)
     c = tl.program_id(1).to(tl.int64)
     draw, j, y, q_ok, inv_t, t_row, q_row, t_stats, q_stats = _request_draw(
-        b, t_ptr, t_stride, t_start_ptr, q_ptr, q_stride, d_start_ptr, inv_t_ptr, info_i_ptr,
-        info_f_ptr, info_m_ptr)
+        b, t_ptr, t_stride, t_start_ptr, q_ptr, q_stride, d_start_ptr, inv_t_ptr, draw_at_ptr,
+        draw_stats_ptr, draw_mass_ptr)
     if draw:
         cc = tl.arange(0, CP2)
         m = cc < C
         k = (b * C + cc) * 4
-        wr = tl.load(psum_ptr + k, mask=m, other=0)
-        wp = tl.load(psum_ptr + k + 1, mask=m, other=0)
+        wr = tl.load(draw_sums_ptr + k, mask=m, other=0)
+        wp = tl.load(draw_sums_ptr + k + 1, mask=m, other=0)
         tot_r = tl.sum(wr, axis=0)
         tot_p = tl.sum(wp, axis=0)
         row_ok = tl.full([], True, tl.int1)
         if T_PROBS:
-            bad = tl.sum(tl.load(psum_ptr + k + 2, mask=m, other=0), axis=0)
-            mass = tl.sum(tl.load(psum_ptr + k + 3, mask=m, other=0), axis=0)
+            bad = tl.sum(tl.load(draw_sums_ptr + k + 2, mask=m, other=0), axis=0)
+            mass = tl.sum(tl.load(draw_sums_ptr + k + 3, mask=m, other=0), axis=0)
             row_ok = (bad == 0) & (mass > 0) & (mass <= P_CHECK_MAX)
         use_p = tot_r == 0
         total = tl.where(use_p, tot_p, tot_r)

@@ -13,44 +13,12 @@ partials, ``split.py`` for the launch sequence).
 import triton
 import triton.language as tl
 
-from ._common import (NEG_INF, RADIX, _argmax_step, _e_tile, _select_tile, E_SCALE,
-                      check_probs_tile, logits_tile)
-from ._split_common import (N_ROUNDS, SEL_TOPK, SEL_TOPP, locate, prefix_of, psum, summary,
-                            ukey_f32)
+from ._common import NEG_INF, RADIX, _e_tile, _select_tile, E_SCALE
+from ._split_common import (N_ROUNDS, SEL_TOPK, SEL_TOPP, locate, prefix_of, psum, stats_chunk,
+                            summary, ukey_f32)
 
 _NOSPEC = ["t_stride", "N", "n_ids", "q_stride", "n_draft_rows", "V", "MAXK", "R", "C",
            "CHUNK"]
-
-
-@triton.jit
-def _stats_chunk(row_ptr, lo, hi, x_scale, is_probs, BLOCK_V: tl.constexpr):
-    """-> (max, lowest argmax, n0, n1, n2) of the chunk [lo, hi) (see ``summary``)."""
-    offs = tl.arange(0, BLOCK_V)
-    n0 = tl.full([], 0, tl.int64)
-    n1 = tl.full([], 0, tl.int64)
-    n2 = tl.full([], 0, tl.int64)
-    arg = tl.full([], 0, tl.int32)
-    if is_probs:
-        best = tl.full([], -1.0, tl.float32)
-        for start in range(lo, hi, BLOCK_V):
-            idx = start + offs
-            msk = idx < hi
-            bad, mass, cand = check_probs_tile(row_ptr, idx, msk)
-            n0 += bad
-            n1 += mass
-            best, arg = _argmax_step(cand, idx, msk, best, arg)
-        n2 = n2 + 1
-    else:
-        best = tl.full([], NEG_INF, tl.float32)
-        for start in range(lo, hi, BLOCK_V):
-            idx = start + offs
-            msk = idx < hi
-            bad, fin_l, fin_x, cand = logits_tile(row_ptr, idx, msk, x_scale)
-            n0 += bad
-            n1 += fin_l
-            n2 += fin_x
-            best, arg = _argmax_step(cand, idx, msk, best, arg)
-    return best, arg, n0, n1, n2
 
 
 @triton.jit(do_not_specialize=_NOSPEC)
@@ -62,9 +30,9 @@ def _stats_kernel(
     n_ids, n_draft_rows,       # ids in the id tensor; draft indices whose row exists
     q_ptr, q_stride,           # [T, V] draft logits (draft slots), row stride
     inv_t_ptr, top_k_ptr, top_p_ptr, min_p_ptr,   # [B] per-request parameters
-    pmax_ptr, parg_ptr,        # [S, C] float32 / int32 out: chunk max, chunk argmax
-    pcnt_ptr,                  # [S, C, 3] int64 out: chunk counts
-    hist_ptr,                  # [S, 2, N_ROUNDS, RADIX] int64: zeroed here (FILTERS)
+    part_max_ptr, part_argmax_ptr,        # [S, C] float32 / int32 out: chunk max, chunk argmax
+    part_count_ptr,                  # [S, C, 3] int64 out: chunk counts
+    radix_hist_ptr,                  # [S, 2, N_ROUNDS, RADIX] int64: zeroed here (FILTERS)
     V, MAXK, R, C, CHUNK,      # vocabulary, max_k, target slots, chunks per row, chunk size
     T_PROBS: tl.constexpr, FILTERS: tl.constexpr, BLOCK_V: tl.constexpr,
     MAXK_P2: tl.constexpr,
@@ -82,21 +50,21 @@ def _stats_kernel(
         hi = tl.minimum(lo + CHUNK, V)
         x_scale = tl.where(greedy, 1.0, inv_t)
         if is_draft:
-            best, arg, n0, n1, n2 = _stats_chunk(q_ptr + row * q_stride, lo, hi, x_scale,
+            best, arg, n0, n1, n2 = stats_chunk(q_ptr + row * q_stride, lo, hi, x_scale,
                                                  is_probs, BLOCK_V)
         else:
-            best, arg, n0, n1, n2 = _stats_chunk(t_ptr + row * t_stride, lo, hi, x_scale,
+            best, arg, n0, n1, n2 = stats_chunk(t_ptr + row * t_stride, lo, hi, x_scale,
                                                  is_probs, BLOCK_V)
         k = s * C + c
-        tl.store(pmax_ptr + k, best)
-        tl.store(parg_ptr + k, arg)
-        tl.store(pcnt_ptr + k * 3, n0)
-        tl.store(pcnt_ptr + k * 3 + 1, n1)
-        tl.store(pcnt_ptr + k * 3 + 2, n2)
+        tl.store(part_max_ptr + k, best)
+        tl.store(part_argmax_ptr + k, arg)
+        tl.store(part_count_ptr + k * 3, n0)
+        tl.store(part_count_ptr + k * 3 + 1, n1)
+        tl.store(part_count_ptr + k * 3 + 2, n2)
         if FILTERS:
             if c == 0:
                 h = tl.arange(0, 2 * N_ROUNDS * RADIX)
-                tl.store(hist_ptr + s * (2 * N_ROUNDS * RADIX) + h, tl.zeros(h.shape, tl.int64))
+                tl.store(radix_hist_ptr + s * (2 * N_ROUNDS * RADIX) + h, tl.zeros(h.shape, tl.int64))
 
 
 @triton.jit
@@ -116,10 +84,10 @@ def _hist_chunk(row_ptr, lo, hi, inv_t, x_max, k_thr, cand, TOP_P: tl.constexpr,
 def _select_kernel(
     t_ptr, t_stride, N, t_start_ptr, ids_ptr, d_start_ptr, n_draft_ptr, n_ids, n_draft_rows,
     q_ptr, q_stride, inv_t_ptr, top_k_ptr, top_p_ptr, min_p_ptr,   # as _stats_kernel
-    pmax_ptr, parg_ptr, pcnt_ptr,   # [S, C] chunk statistics (in)
-    pmk_ptr,                   # [S, C] int64 top-k kept masses (in, top-p rounds)
-    hist_ptr,                  # [S, 2, N_ROUNDS, RADIX] int64 histograms (atomic adds)
-    ans_ptr,                   # [S, 2, N_ROUNDS] int64 out: the prefix fixed before a round
+    part_max_ptr, part_argmax_ptr, part_count_ptr,   # [S, C] chunk statistics (in)
+    kept_mass_ptr,                   # [S, C] int64 top-k kept masses (in, top-p rounds)
+    radix_hist_ptr,                  # [S, 2, N_ROUNDS, RADIX] int64 histograms (atomic adds)
+    radix_prefix_ptr,                   # [S, 2, N_ROUNDS] int64 out: the prefix fixed before a round
     V, MAXK, R, C, CHUNK,
     rnd,                       # the radix round, 0 .. N_ROUNDS - 1
     T_PROBS: tl.constexpr, TOP_P: tl.constexpr, HAS_TOPK: tl.constexpr,
@@ -132,28 +100,28 @@ def _select_kernel(
         inv_t_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V, MAXK, T_PROBS, MAXK_P2)
     inv_t, top_k, top_p, min_p = prm
     if needed & (inv_t != 0.0) & (is_probs == 0):
-        valid, x_max, arg = summary(s, C, pmax_ptr, parg_ptr, pcnt_ptr, is_probs, CP2)
+        valid, x_max, arg = summary(s, C, part_max_ptr, part_argmax_ptr, part_count_ptr, is_probs, CP2)
         k_thr = tl.full([], NEG_INF, tl.float32)
         if TOP_P:
             sel = SEL_TOPP
             active = valid & (top_p < 1.0)
             if HAS_TOPK:
                 if valid & (top_k > 0) & (top_k < V):
-                    key, w = prefix_of(s, SEL_TOPK, N_ROUNDS, hist_ptr, ans_ptr,
+                    key, w = prefix_of(s, SEL_TOPK, N_ROUNDS, radix_hist_ptr, radix_prefix_ptr,
                                        top_k.to(tl.float64))
                     k_thr = ukey_f32(key)
-            target = top_p.to(tl.float64) * psum(pmk_ptr, s, C, CP2).to(tl.float64)
+            target = top_p.to(tl.float64) * psum(kept_mass_ptr, s, C, CP2).to(tl.float64)
         else:
             sel = SEL_TOPK
             active = valid & (top_k > 0) & (top_k < V)
             target = top_k.to(tl.float64)
         if active:
-            ans, w = prefix_of(s, sel, rnd, hist_ptr, ans_ptr, target)
+            prefix, w = prefix_of(s, sel, rnd, radix_hist_ptr, radix_prefix_ptr, target)
             slot = (s * 2 + sel) * N_ROUNDS + rnd
             if c == 0:
-                tl.store(ans_ptr + slot, ans)
+                tl.store(radix_prefix_ptr + slot, prefix)
             shift = 28 - 4 * rnd
-            cand = ans + (tl.arange(0, RADIX).to(tl.int64) << shift)
+            cand = prefix + (tl.arange(0, RADIX).to(tl.int64) << shift)
             lo = (c * CHUNK).to(tl.int32)     # V <= 2**22: int32 indices
             hi = tl.minimum(lo + CHUNK, V)
             if is_draft:
@@ -162,7 +130,7 @@ def _select_kernel(
             else:
                 weight_ge = _hist_chunk(t_ptr + row * t_stride, lo, hi, inv_t, x_max, k_thr,
                                         cand, TOP_P, BLOCK_V)
-            tl.atomic_add(hist_ptr + slot * RADIX + tl.arange(0, RADIX), weight_ge)
+            tl.atomic_add(radix_hist_ptr + slot * RADIX + tl.arange(0, RADIX), weight_ge)
 
 
 @triton.jit
@@ -184,9 +152,9 @@ def _mass_chunk(row_ptr, lo, hi, inv_t, x_max, k_thr, min_p, BLOCK_V: tl.constex
 def _mass_kernel(
     t_ptr, t_stride, N, t_start_ptr, ids_ptr, d_start_ptr, n_draft_ptr, n_ids, n_draft_rows,
     q_ptr, q_stride, inv_t_ptr, top_k_ptr, top_p_ptr, min_p_ptr,   # as _stats_kernel
-    pmax_ptr, parg_ptr, pcnt_ptr,   # [S, C] chunk statistics (in)
-    hist_ptr, ans_ptr,         # top-k select (in)
-    pmk_ptr, pmm_ptr,          # [S, C] int64 out: top-k kept mass, top-k and min-p kept mass
+    part_max_ptr, part_argmax_ptr, part_count_ptr,   # [S, C] chunk statistics (in)
+    radix_hist_ptr, radix_prefix_ptr,         # top-k select (in)
+    kept_mass_ptr, minp_mass_ptr,          # [S, C] int64 out: top-k kept mass, top-k and min-p kept mass
     V, MAXK, R, C, CHUNK,
     T_PROBS: tl.constexpr, HAS_TOPK: tl.constexpr, BLOCK_V: tl.constexpr,
     MAXK_P2: tl.constexpr, CP2: tl.constexpr,
@@ -198,14 +166,14 @@ def _mass_kernel(
         inv_t_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V, MAXK, T_PROBS, MAXK_P2)
     inv_t, top_k, top_p, min_p = prm
     if needed & (inv_t != 0.0) & (is_probs == 0):
-        valid, x_max, arg = summary(s, C, pmax_ptr, parg_ptr, pcnt_ptr, is_probs, CP2)
+        valid, x_max, arg = summary(s, C, part_max_ptr, part_argmax_ptr, part_count_ptr, is_probs, CP2)
         mk = tl.full([], 0, tl.int64)
         mm = tl.full([], 0, tl.int64)
         if valid:
             k_thr = tl.full([], NEG_INF, tl.float32)
             if HAS_TOPK:
                 if (top_k > 0) & (top_k < V):
-                    key, w = prefix_of(s, SEL_TOPK, N_ROUNDS, hist_ptr, ans_ptr,
+                    key, w = prefix_of(s, SEL_TOPK, N_ROUNDS, radix_hist_ptr, radix_prefix_ptr,
                                        top_k.to(tl.float64))
                     k_thr = ukey_f32(key)
             lo = (c * CHUNK).to(tl.int32)     # V <= 2**22: int32 indices
@@ -217,5 +185,5 @@ def _mass_kernel(
             else:
                 mk, mm = _mass_chunk(t_ptr + row * t_stride, lo, hi, inv_t, x_max, k_thr, mp,
                                      BLOCK_V)
-        tl.store(pmk_ptr + s * C + c, mk)
-        tl.store(pmm_ptr + s * C + c, mm)
+        tl.store(kept_mass_ptr + s * C + c, mk)
+        tl.store(minp_mass_ptr + s * C + c, mm)

@@ -1,6 +1,6 @@
 """Block verification (reference section 9): one program per request reads every row of
 its block, keeps the last position whose stopping test passes (``tau``) and draws once at
-tau.  Greedy requests take the walk of section 1 (``verify._visit``).  Like the token-wise
+tau.  Greedy requests take the walk of section 1 (``_walk_common.visit``).  Like the token-wise
 kernel it reads no row outside the tensors and guards malformed requests (section 8).
 
 Every position's row statistics are computed once in the scan; the row drawn from at tau is
@@ -12,44 +12,9 @@ import triton
 import triton.language as tl
 
 from ._block_rows import block_mass, next_rho, stop_probability
-from ._common import (accept_uniform, block_length, draw_row, prob_at, probs_check_argmax,
-                      request_ok, row_stats, stream_words, TAG_SAMPLE)
+from ._common import TAG_SAMPLE, accept_uniform, draw_row, prob_at, stream_words
 from ._launch import launch_opts, row_args, verify_outputs, walk_sizes
-from .verify import _visit
-
-
-@triton.jit
-def _no_stats():
-    """Placeholder row statistics for rows that need none (probabilities, point masses):
-    compiled kernels cannot return None inside a tuple."""
-    return (tl.full([], 0.0, tl.float32), tl.full([], float("-inf"), tl.float32),
-            tl.full([], 0.0, tl.float32), tl.full([], 0.0, tl.float32),
-            tl.full([], 1, tl.int64))
-
-
-@triton.jit
-def _target_row(t_row, V, req, T_PROBS: tl.constexpr, BLOCK_V: tl.constexpr):
-    """(valid, stats) of a target row (probabilities: checked in full, no statistics)."""
-    inv_t, top_k, top_p, min_p, seed, offset = req
-    if T_PROBS:
-        ok, arg = probs_check_argmax(t_row, V, BLOCK_V)
-        stats = _no_stats()
-    else:
-        ok, stats = row_stats(t_row, V, inv_t, top_k, top_p, min_p, BLOCK_V)
-    return ok, stats
-
-
-@triton.jit
-def _draft_row(q_row, V, req, Q_MODE: tl.constexpr, BLOCK_V: tl.constexpr):
-    """(usable, stats) of a draft row: draft logits are transformed (an invalid row is
-    unusable); probabilities and point masses are used as they are."""
-    inv_t, top_k, top_p, min_p, seed, offset = req
-    if Q_MODE == 2:
-        ok, stats = row_stats(q_row, V, inv_t, top_k, top_p, min_p, BLOCK_V)
-    else:
-        ok = tl.full([], True, tl.int1)
-        stats = _no_stats()
-    return ok, stats
+from ._walk_common import draft_row, load_request, target_row, visit, write_row
 
 
 @triton.jit
@@ -69,7 +34,7 @@ def _block_walk(t_ptr, t_stride, N, t0, q_ptr, q_stride, ids_ptr, d0, V, kb, dra
         exists = (t_index >= 0) & (t_index < N) & ((draft_oob & (j == kb)) == 0)
         if exists:
             t_row = t_ptr + t_index * t_stride
-            t_ok, t_stats = _target_row(t_row, V, req, T_PROBS, BLOCK_V)
+            t_ok, t_stats = target_row(t_row, V, req, T_PROBS, BLOCK_V)
             if t_ok == 0:
                 e = j
                 end_ok = 0
@@ -79,7 +44,7 @@ def _block_walk(t_ptr, t_stride, N, t0, q_ptr, q_stride, ids_ptr, d0, V, kb, dra
             else:
                 q_row = q_ptr + (d0 + j) * q_stride
                 y = tl.load(ids_ptr + d0 + j)
-                q_ok, q_stats = _draft_row(q_row, V, req, Q_MODE, BLOCK_V)
+                q_ok, q_stats = draft_row(q_row, V, req, Q_MODE, BLOCK_V)
                 if q_ok == 0:              # an unusable draft row ends the block here
                     e = j
                     scanning = 0
@@ -108,7 +73,7 @@ def _block_walk(t_ptr, t_stride, N, t0, q_ptr, q_stride, ids_ptr, d0, V, kb, dra
     token = tl.full([], -1, tl.int32)
     if (tau == e) & (end_ok != 0):         # the bonus / end-of-block draw from p_e
         t_row = t_ptr + (t0 + e) * t_stride
-        t_ok, t_stats = _target_row(t_row, V, req, T_PROBS, BLOCK_V)
+        t_ok, t_stats = target_row(t_row, V, req, T_PROBS, BLOCK_V)
         if t_ok:
             u_lo, u_hi = stream_words(seed, offset, e, TAG_SAMPLE)
             token = draw_row(t_row, t_row, V, -1, u_lo, u_hi, inv_t, t_stats, True, None,
@@ -117,8 +82,8 @@ def _block_walk(t_ptr, t_stride, N, t0, q_ptr, q_stride, ids_ptr, d0, V, kb, dra
         t_row = t_ptr + (t0 + tau) * t_stride
         q_row = q_ptr + (d0 + tau) * q_stride
         y = tl.load(ids_ptr + d0 + tau)
-        t_ok, t_stats = _target_row(t_row, V, req, T_PROBS, BLOCK_V)
-        q_ok, q_stats = _draft_row(q_row, V, req, Q_MODE, BLOCK_V)
+        t_ok, t_stats = target_row(t_row, V, req, T_PROBS, BLOCK_V)
+        q_ok, q_stats = draft_row(q_row, V, req, Q_MODE, BLOCK_V)
         if t_ok:
             u_lo, u_hi = stream_words(seed, offset, tau, TAG_SAMPLE)
             token = draw_row(t_row, q_row, V, y, u_lo, u_hi, inv_t, t_stats, q_ok, q_stats,
@@ -158,31 +123,25 @@ def _verify_block_kernel(
     OUT_P2: tl.constexpr,    # power of 2 >= MAXK + 1
 ):
     b = tl.program_id(0).to(tl.int64)
-    t0 = tl.load(t_start_ptr + b)
-    d0 = tl.load(d_start_ptr + b)
-    req = (tl.load(inv_t_ptr + b), tl.load(top_k_ptr + b), tl.load(top_p_ptr + b),
-           tl.load(min_p_ptr + b), tl.load(seed_ptr + b), tl.load(offset_ptr + b))
-    kb, draft_oob, ids_ok = block_length(ids_ptr, d0, tl.load(n_draft_ptr + b), n_ids,
-                                         n_draft_rows, V, MAXK, MAXK_P2)
+    t0, d0, params, kb, draft_oob, ok = load_request(
+        b, t_start_ptr, ids_ptr, d_start_ptr, n_draft_ptr, n_ids, n_draft_rows, inv_t_ptr,
+        top_k_ptr, top_p_ptr, min_p_ptr, V, MAXK, T_PROBS, MAXK_P2)
+    req = params + (tl.load(seed_ptr + b), tl.load(offset_ptr + b))
     nacc = tl.full([], 0, tl.int32)
     token = tl.full([], -1, tl.int32)
-    if ids_ok & request_ok(req, T_PROBS):
+    if ok:
         if req[0] == 0.0:                  # greedy: the walk of section 1
             walking = tl.full([], True, tl.int1)
             while walking:
-                walking, token = _visit(t_ptr, t_stride, N, t0, q_ptr, q_stride, ids_ptr, d0,
+                walking, token = visit(t_ptr, t_stride, N, t0, q_ptr, q_stride, ids_ptr, d0,
                                         V, nacc, kb, draft_oob, req, True, T_PROBS, Q_MODE,
                                         BLOCK_V)
                 nacc += walking.to(tl.int32)
         else:
             nacc, token = _block_walk(t_ptr, t_stride, N, t0, q_ptr, q_stride, ids_ptr, d0, V,
                                       kb, draft_oob, req, T_PROBS, Q_MODE, BLOCK_V)
-    pos = tl.arange(0, OUT_P2)
-    ids = tl.load(ids_ptr + d0 + pos, mask=pos < nacc, other=-1).to(tl.int32)
-    row = tl.where(pos < nacc, ids, tl.where(pos == nacc, token, -1))
-    tl.store(tok_ptr + b * (MAXK + 1) + pos, row, mask=pos < MAXK + 1)
-    tl.store(nacc_ptr + b, nacc)
-    tl.store(valid_ptr + b, token >= 0)
+    write_row(tok_ptr, nacc_ptr, valid_ptr, b, ids_ptr, d0, nacc, token, token >= 0,
+              tl.full([], False, tl.int1), MAXK, OUT_P2)
 
 
 def verify_block(target, target_is_probs, target_row_start, draft_ids, draft_row_start,

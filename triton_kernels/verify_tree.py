@@ -18,7 +18,7 @@ from ._common import (NO_INDEX, TAG_SAMPLE, U32_TO_UNIT, draw_row, logits_scan, 
                       probs_check_argmax, request_ok, row_stats, stream_words)
 from ._launch import block_v, launch_opts, next_pow2
 from ._tree_rows import find_weight, store_weights, update_residual
-from .verify_block import _no_stats
+from ._walk_common import load_params, no_stats
 
 
 @triton.jit
@@ -78,7 +78,7 @@ def _sampled_node(t_row, q_row, r_row, qw_row, V, j, kids, toks, req, T_PROBS: t
     tl.debug_barrier()                     # the previous node's reads of the scratch rows
     A = tl.full([], 0, tl.int64)
     if T_PROBS:
-        t_stats = _no_stats()
+        t_stats = no_stats()
         A, row_ok = store_weights(t_row, r_row, V, inv_t, t_stats, True, BLOCK_V)
     else:
         row_ok, t_stats = row_stats(t_row, V, inv_t, top_k, top_p, min_p, BLOCK_V)
@@ -96,7 +96,7 @@ def _sampled_node(t_row, q_row, r_row, qw_row, V, j, kids, toks, req, T_PROBS: t
                     if q_ok:
                         Q, _ = store_weights(q_row, qw_row, V, inv_t, q_stats, False, BLOCK_V)
                 else:
-                    Q, q_ok = store_weights(q_row, qw_row, V, inv_t, _no_stats(), True, BLOCK_V)
+                    Q, q_ok = store_weights(q_row, qw_row, V, inv_t, no_stats(), True, BLOCK_V)
                     Q = tl.where(q_ok, Q, 0)
         tl.debug_barrier()                 # R and Qw written before the trials read them
         rank = tl.full([], 0, tl.int32)
@@ -182,8 +182,8 @@ def _verify_tree_kernel(
 ):
     b = tl.program_id(0).to(tl.int64)
     base = b * N
-    req = (tl.load(inv_t_ptr + b), tl.load(top_k_ptr + b), tl.load(top_p_ptr + b),
-           tl.load(min_p_ptr + b), tl.load(seed_ptr + b), tl.load(offset_ptr + b))
+    req = load_params(b, inv_t_ptr, top_k_ptr, top_p_ptr, min_p_ptr) + (
+        tl.load(seed_ptr + b), tl.load(offset_ptr + b))
     ok, child, par, toks = _tree_shape(par_ptr, ids_ptr, base, tl.load(n_nodes_ptr + b), N, V,
                                        D, N_P2)
     pos = tl.arange(0, OUT_P2)
