@@ -1,21 +1,23 @@
 import json
 import os
 import random
-import sys
 import zlib
 
 import numpy as np
 import pytest
 import torch
 
+from tests import _sys_path
+
 # Triton kernels run on the CPU through Triton's interpreter when there is no GPU; the
 # variable must be set before triton is first imported.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+# the repository root off sys.path, links to the packages tests import on it: tests/_sys_path.py
+_sys_path.isolate_repo_root(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
-from tests._rows import ROWS_COMPARED  # noqa: E402
+from tests._rows import ROWS_COMPARED
 
 # Under pytest-xdist each worker is one process on one core: the C++ path's OpenMP pool and
 # torch's intra-op pool would otherwise start a thread per core in every worker and the

@@ -3,8 +3,13 @@ from __future__ import annotations
 
 import ast
 import os
+import shutil
+import subprocess
 import sys
+import sysconfig
 from importlib.metadata import entry_points
+
+import pytest
 
 import specops
 
@@ -40,6 +45,61 @@ def test_triton_kernels_ship_inside_specops():
                                                                   "__init__.py"))
     assert "triton_kernels" not in sys.modules or \
         sys.modules["triton_kernels"].__name__ != "specops.triton_kernels"
+
+
+def test_kernel_loader_falls_back_to_the_checkout_folder():
+    """The loader's fallback (a checkout that was not installed) runs when the package is
+    missing: the name is not installed, so the folder is loaded under it.  (It used to catch
+    an exception Python never raises there: code review F2.)"""
+    triton_backend = pytest.importorskip("specops.backends.triton")
+    name = "specops._triton_kernels_checkout_copy"
+    try:
+        module = triton_backend.load_kernels(name)
+        assert sys.modules[name] is module is specops._triton_kernels_checkout_copy
+        assert module.__file__ == str(triton_backend.CHECKOUT_KERNELS / "__init__.py")
+        assert callable(module.verify) and module.dispatch.__name__ == name + ".dispatch"
+    finally:
+        for m in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
+            del sys.modules[m]
+        specops.__dict__.pop("_triton_kernels_checkout_copy", None)
+    with pytest.raises(ModuleNotFoundError):           # neither installed nor in the folder
+        triton_backend.load_kernels("specops._no_such_kernels",
+                                    triton_backend.CHECKOUT_KERNELS.parent / "no_such_folder")
+
+
+_PLAIN_CHECKOUT = """
+import os, sys
+os.environ["TRITON_INTERPRET"] = "1"
+sys.path.append(SITE)                  # torch, triton, numpy; no .pth: no editable finder
+import torch, specops
+from specops.backends import triton as TB
+print("KERNELS", TB._K.__name__, TB._K.__file__)
+print("BACKENDS", specops.available_backends())
+kw = dict(target_logits=torch.randn(2, 3, 5, generator=torch.Generator().manual_seed(0)),
+          draft_token_ids=torch.tensor([[3, 1], [0, 4]]), seed=torch.tensor([1, 2]))
+same = [torch.equal(a, b) for a, b in zip(specops.verify_block(**kw, backend="triton"),
+                                          specops.verify_block(**kw, backend="reference"))]
+print("SAME", all(same))
+"""
+
+
+@pytest.mark.full
+def test_triton_backend_in_a_plain_checkout(tmp_path):
+    """specops/ and triton_kernels/ copied side by side, never pip-installed (no editable
+    finder, no compiled _C), imported by a fresh interpreter: the Triton backend is there and
+    emits the reference's tokens (code review F2: it used to vanish, and with it every
+    Triton test)."""
+    for folder in ("specops", "triton_kernels"):
+        shutil.copytree(os.path.join(ROOT, folder), tmp_path / folder,
+                        ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyd"))
+    code = _PLAIN_CHECKOUT.replace("SITE", repr(sysconfig.get_paths()["purelib"]))
+    out = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, out.stderr[-3000:]
+    kernels = str(tmp_path / "triton_kernels" / "__init__.py")
+    assert f"KERNELS specops.triton_kernels {kernels}" in out.stdout, out.stdout
+    assert "'triton'" in out.stdout.split("BACKENDS")[1].splitlines()[0], out.stdout
+    assert "SAME True" in out.stdout, out.stdout
 
 
 def test_version_matches_pyproject():

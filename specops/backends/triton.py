@@ -4,7 +4,7 @@
 
 The kernels live in the top-level ``triton_kernels/`` directory, installed as
 ``specops.triton_kernels``; a source checkout that was not installed loads that directory
-under the same name.
+under the same name (``load_kernels``).
 
 Exactness: both ops reproduce ``specops.reference`` bit for bit (probabilities) and token for
 token (ids, num_accepted, valid): exact upcasts, the portable exp, float32 multiply by the
@@ -41,18 +41,36 @@ import torch
 
 from specops._cache import const_vec
 
-try:
-    from specops import triton_kernels as _K
-except ModuleNotFoundError as exc:
-    if exc.name != "specops.triton_kernels":
+KERNELS = "specops.triton_kernels"
+CHECKOUT_KERNELS = pathlib.Path(__file__).resolve().parents[2] / "triton_kernels"
+
+
+def load_kernels(name: str = KERNELS, folder: pathlib.Path = CHECKOUT_KERNELS):
+    """The kernels package ``name``: installed (``pip install``, editable or not), or else,
+    in a source checkout that was not installed, ``folder`` loaded under that name.
+    ``importlib.import_module`` raises ``ModuleNotFoundError`` naming the missing module
+    (``from specops import triton_kernels`` would raise a plain ``ImportError`` naming
+    ``specops``), so the fallback runs exactly when the package is not installed."""
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name != name or not (folder / "__init__.py").is_file():
+            raise
+    spec = importlib.util.spec_from_file_location(name, folder / "__init__.py",
+                                                  submodule_search_locations=[str(folder)])
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except BaseException:
+        del sys.modules[name]
         raise
-    # a source checkout that was not pip-installed: <repo>/triton_kernels, same module name
-    _dir = pathlib.Path(__file__).resolve().parents[2] / "triton_kernels"
-    _spec = importlib.util.spec_from_file_location(
-        "specops.triton_kernels", _dir / "__init__.py", submodule_search_locations=[str(_dir)])
-    _K = importlib.util.module_from_spec(_spec)
-    sys.modules[_spec.name] = _K
-    _spec.loader.exec_module(_K)
+    parent, _, child = name.rpartition(".")
+    setattr(sys.modules[parent], child, module)
+    return module
+
+
+_K = load_kernels()
 
 
 def _check_device(t):
