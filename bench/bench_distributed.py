@@ -23,7 +23,7 @@ import torch.distributed as dist
 
 import specops
 import specops.distributed as sd
-from bench.__main__ import draft_side, make_inputs
+from bench._harness import draft_side, make_inputs
 from bench.report import Report
 
 B, K, V = 32, 4, 128256

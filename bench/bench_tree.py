@@ -19,7 +19,7 @@ import torch
 
 import specops
 from bench import peers
-from bench.__main__ import DRAFT_NOISE, timeit
+from bench._harness import DRAFT_NOISE, timeit
 from bench.report import Report
 from specops import reference as R
 

@@ -15,7 +15,7 @@ import time
 import torch
 
 import specops
-from bench import __main__ as cpu_suite
+from bench import _harness as cpu_suite
 from bench import real, real_logits
 
 

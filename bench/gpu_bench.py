@@ -261,7 +261,7 @@ def drafted_tree(B, V, temperature=0.8, seed=0, device=DEVICE, parents=TREE16):
     T), children from their parent's draft row by specops.sample_without_replacement ->
     verify_tree keyword arguments (rsd, T, seeds 0..B-1, offset 0, as bench_tree times)."""
     import specops
-    from bench.__main__ import DRAFT_NOISE
+    from bench._harness import DRAFT_NOISE
     g = torch.Generator(device=device).manual_seed(seed)
     N = len(parents)
     target = torch.randn((B, N, V), generator=g, device=device) * 2.0

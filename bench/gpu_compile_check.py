@@ -62,9 +62,10 @@ def split_variants():
     st = importlib.import_module(K + ".split_transform")
     sa = importlib.import_module(K + ".split_accept")
     sd = importlib.import_module(K + ".split_draw")
-    ws = dict(part_max_ptr="*fp32", part_argmax_ptr="*i32", part_count_ptr="*i64", kept_mass_ptr="*i64",
-              minp_mass_ptr="*i64", radix_hist_ptr="*i64", radix_prefix_ptr="*i64", draw_at_ptr="*i64",
-              draw_stats_ptr="*fp32", draw_mass_ptr="*i64", draw_sums_ptr="*i64", tok_ptr="*i32",
+    ws = dict(part_max_ptr="*fp32", part_argmax_ptr="*i32", part_count_ptr="*i64",
+              kept_mass_ptr="*i64", minp_mass_ptr="*i64", radix_hist_ptr="*i64",
+              radix_prefix_ptr="*i64", draw_at_ptr="*i64", draw_stats_ptr="*fp32",
+              draw_mass_ptr="*i64", draw_sums_ptr="*i64", tok_ptr="*i32",
               nacc_ptr="*i32", valid_ptr="*i1", seed_ptr="*i64", offset_ptr="*i64",
               V="i32", MAXK="i32", R="i32", C="i32", CHUNK="i32", rnd="i32")
     for tp, tdt in ((False, "*bf16"), (False, "*fp32"), (True, "*fp32")):

@@ -25,7 +25,7 @@ import time
 import torch
 
 import specops
-from bench import __main__ as cpu_suite      # run_config, HEADER, fmt_row, ... (not a copy)
+from bench import _harness                    # run_config, HEADER, fmt_row, ... (not a copy)
 from bench import peers, real_logits
 
 SETTINGS = {
@@ -67,7 +67,7 @@ def acceptance(target, draft_logits, draws, backend):
         acc = {"specops": [], "eager": [], "hf": []}     # per-block accepted counts
         for d in range(draws):
             g = torch.Generator().manual_seed(100 + d)
-            q, ids = cpu_suite.draft_side(draft_logits, s, g)
+            q, ids = _harness.draft_side(draft_logits, s, g)
             out = specops.verify_block(target, ids, q, seed=torch.arange(B) + B * d,
                                        offset=torch.zeros(B, dtype=torch.int64),
                                        backend=backend, **s)
@@ -131,31 +131,31 @@ def section(emit, reps=7, backend="cpu", quick=False):
          f"sum min(p, q) at T=0.8: {meta['alpha']:.2f}); drafts sampled from q under each "
          f"setting (greedy: the draft's argmax).  B=n uses the first n blocks.")
     emit()
-    emit(cpu_suite.HEADER)
+    emit(_harness.HEADER)
     with_ref = not quick                       # numpy reference: ~2 s for the five rows
     main_rows = {}
     t0 = time.time()
     for name in SETTINGS:
         inputs = (target[:HEADLINE_B], draft[:HEADLINE_B])
-        res = cpu_suite.run_config(HEADLINE_B, K, V, name, reps, with_hf=True,
+        res = _harness.run_config(HEADLINE_B, K, V, name, reps, with_hf=True,
                                    with_ref=with_ref, backend=backend, inputs=inputs,
                                    settings=SETTINGS)
         main_rows[name] = res
-        emit(cpu_suite.fmt_row(name, HEADLINE_B, K, V, res))
+        emit(_harness.fmt_row(name, HEADLINE_B, K, V, res))
     emit()
-    for line in cpu_suite.target_verdicts(main_rows, TARGETS):
+    for line in _harness.target_verdicts(main_rows, TARGETS):
         emit(line)
     emit()
     if not quick:
         emit(f"## Real logits: batch size (K={K}, V={V})")
         emit()
-        emit(cpu_suite.HEADER)
+        emit(_harness.HEADER)
         for B in BATCHES:
             for name in BATCH_SETTINGS:
-                res = cpu_suite.run_config(B, K, V, name, max(5, reps - 2), with_hf=(B == 1),
+                res = _harness.run_config(B, K, V, name, max(5, reps - 2), with_hf=(B == 1),
                                            backend=backend, inputs=(target[:B], draft[:B]),
                                            settings=SETTINGS)
-                emit(cpu_suite.fmt_row(name, B, K, V, res))
+                emit(_harness.fmt_row(name, B, K, V, res))
         emit()
         acceptance_table(emit, target, draft, ACCEPTANCE_DRAWS, backend)
     emit(f"Real suite wall time: {time.time() - t0:.0f} s")
@@ -171,7 +171,7 @@ def run(reps, backend, quick, out, prog, argv):
         lines.append(s)
 
     real_logits.model_path()                   # raises ModelMissing before any output
-    cpu_suite.header(emit, "specops CPU benchmark: real logits (SmolLM2-135M-Instruct)", prog,
+    _harness.header(emit, "specops CPU benchmark: real logits (SmolLM2-135M-Instruct)", prog,
                      argv, backend, reps)
     section(emit, reps, backend, quick)
     if out:
@@ -188,7 +188,7 @@ def main(argv=None):
                     help="the B=32 table only (no batch sizes, no acceptance check), 3 reps")
     ap.add_argument("--reps", type=int, default=None)
     ap.add_argument("--backend", default="cpu")
-    ap.add_argument("--out", default=os.path.join(cpu_suite.RESULTS, "cpu_real.md"))
+    ap.add_argument("--out", default=os.path.join(_harness.RESULTS, "cpu_real.md"))
     args = ap.parse_args(argv)
     torch.set_num_threads(os.cpu_count() or 1)
     try:
