@@ -239,3 +239,35 @@ def test_rows_outside_the_tensors_make_the_request_invalid():
     assert nacc[1] <= 1 and valid[1] == (nacc[1] == 0)   # row 1 of its block does not exist
     tok, nacc, valid = R.verify_rows_ref(*a, forced_num_accepted=np.array([3, 1]))
     assert valid.tolist() == [True, False] and nacc[1] == 1
+
+
+# ----------------------------------------------------------------------------- the package
+# Every top-level name of specops/reference.py and specops/reference_tree.py before they
+# became the specops/reference/ package: tests, backends and tools reach them as R.X / RT.X.
+OLD_REFERENCE_NAMES = """
+EXP_COEFFS EXP_CUTOFF EXP_LN2_HI EXP_LN2_LO EXP_LOG2E EXP_ROUND EXP_ZERO_MASS E_SCALE_BITS FLT_MIN
+GREEDY_TEMPERATURE MAX_VOCAB PHILOX_M0 PHILOX_M1 PHILOX_ROUNDS PHILOX_W0 PHILOX_W1 P_CHECK_BITS
+RowFn TAG_ACCEPT TAG_SAMPLE W_SCALE_BITS _U32 _as_fn _block_length _int_masses _split64
+accept_probability accept_rate accept_uniform accepted_length_law against_target argmax_row
+block_next_rho block_stop_probability block_weights completion draw_from draw_index
+exact_output_law exact_tree_law implemented_draw_law integer_weights inv_temperature
+logits_row_valid params_ok pexp philox4x32 probs_row_valid request_ok residual_row
+sample_uniform64 sampling_probs_ref stream_words top_p_threshold transform_row verify_rows_ref
+verify_tree_ref""".split()
+OLD_REFERENCE_TREE_NAMES = """
+METHODS SCALE _draft_sibling_laws _ratio children_of coin_accepts coin_probability
+draft_weights exact_tree_law remove_token residual_update tree_depths verify_tree_ref""".split()
+
+
+def test_every_old_name_is_still_there_and_the_oracle_has_no_test_switch():
+    import inspect
+
+    from specops import reference_tree as RT
+    assert [n for n in OLD_REFERENCE_NAMES if not hasattr(R, n)] == []
+    assert [n for n in OLD_REFERENCE_TREE_NAMES if not hasattr(RT, n)] == []
+    assert RT.verify_tree_ref is R.verify_tree_ref and RT.exact_tree_law is R.exact_tree_law
+    # the negative controls are test-side (tests/_negative.py), not parameters of the oracle
+    for fn in (R.verify_rows_ref, R.verify_tree_ref):
+        assert [p for p in inspect.signature(fn).parameters if p.startswith("_")] == []
+    # the package docstring is the whole contract, sections 1-12
+    assert all(f"\n{i}. " in R.__doc__ for i in range(1, 13))

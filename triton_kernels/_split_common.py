@@ -117,16 +117,19 @@ def prefix_of(s, sel, rnd, radix_hist_ptr, radix_prefix_ptr, target):
 
 
 @triton.jit
-def row_stats_split(s, C, is_probs, inv_t, top_k, top_p, min_p, V, part_max_ptr, part_argmax_ptr,
-                    part_count_ptr, kept_mass_ptr, minp_mass_ptr, radix_hist_ptr, radix_prefix_ptr, HAS_TOPK: tl.constexpr,
+def row_stats_split(s, C, is_probs, inv_t, top_k, top_p, min_p, V, part_max_ptr,
+                    part_argmax_ptr, part_count_ptr, kept_mass_ptr, minp_mass_ptr,
+                    radix_hist_ptr, radix_prefix_ptr, HAS_TOPK: tl.constexpr,
                     HAS_TOPP: tl.constexpr, CP2: tl.constexpr):
     """The row statistics of a logits row from its partials (``_common.row_stats``) ->
     (valid, stats); stats = (x_max, k_thr, p_tau, min_p, kept_mass)."""
-    valid, x_max, arg = summary(s, C, part_max_ptr, part_argmax_ptr, part_count_ptr, is_probs, CP2)
+    valid, x_max, arg = summary(s, C, part_max_ptr, part_argmax_ptr, part_count_ptr, is_probs,
+                                CP2)
     k_thr = tl.full([], NEG_INF, tl.float32)
     if HAS_TOPK:
         if valid & (top_k > 0) & (top_k < V):
-            key, w = prefix_of(s, SEL_TOPK, N_ROUNDS, radix_hist_ptr, radix_prefix_ptr, top_k.to(tl.float64))
+            key, w = prefix_of(s, SEL_TOPK, N_ROUNDS, radix_hist_ptr, radix_prefix_ptr,
+                               top_k.to(tl.float64))
             k_thr = ukey_f32(key)
     topk_mass = psum(kept_mass_ptr, s, C, CP2)
     minp_mass = psum(minp_mass_ptr, s, C, CP2)

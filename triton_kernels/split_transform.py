@@ -64,7 +64,8 @@ def _stats_kernel(
         if FILTERS:
             if c == 0:
                 h = tl.arange(0, 2 * N_ROUNDS * RADIX)
-                tl.store(radix_hist_ptr + s * (2 * N_ROUNDS * RADIX) + h, tl.zeros(h.shape, tl.int64))
+                tl.store(radix_hist_ptr + s * (2 * N_ROUNDS * RADIX) + h,
+                         tl.zeros(h.shape, tl.int64))
 
 
 @triton.jit
@@ -85,9 +86,9 @@ def _select_kernel(
     t_ptr, t_stride, N, t_start_ptr, ids_ptr, d_start_ptr, n_draft_ptr, n_ids, n_draft_rows,
     q_ptr, q_stride, inv_t_ptr, top_k_ptr, top_p_ptr, min_p_ptr,   # as _stats_kernel
     part_max_ptr, part_argmax_ptr, part_count_ptr,   # [S, C] chunk statistics (in)
-    kept_mass_ptr,                   # [S, C] int64 top-k kept masses (in, top-p rounds)
-    radix_hist_ptr,                  # [S, 2, N_ROUNDS, RADIX] int64 histograms (atomic adds)
-    radix_prefix_ptr,                   # [S, 2, N_ROUNDS] int64 out: the prefix fixed before a round
+    kept_mass_ptr,             # [S, C] int64 top-k kept masses (in, top-p rounds)
+    radix_hist_ptr,            # [S, 2, N_ROUNDS, RADIX] int64 histograms (atomic adds)
+    radix_prefix_ptr,          # [S, 2, N_ROUNDS] int64 out: the key prefix fixed before a round
     V, MAXK, R, C, CHUNK,
     rnd,                       # the radix round, 0 .. N_ROUNDS - 1
     T_PROBS: tl.constexpr, TOP_P: tl.constexpr, HAS_TOPK: tl.constexpr,
@@ -100,7 +101,8 @@ def _select_kernel(
         inv_t_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V, MAXK, T_PROBS, MAXK_P2)
     inv_t, top_k, top_p, min_p = prm
     if needed & (inv_t != 0.0) & (is_probs == 0):
-        valid, x_max, arg = summary(s, C, part_max_ptr, part_argmax_ptr, part_count_ptr, is_probs, CP2)
+        valid, x_max, arg = summary(s, C, part_max_ptr, part_argmax_ptr, part_count_ptr,
+                                    is_probs, CP2)
         k_thr = tl.full([], NEG_INF, tl.float32)
         if TOP_P:
             sel = SEL_TOPP
@@ -153,8 +155,8 @@ def _mass_kernel(
     t_ptr, t_stride, N, t_start_ptr, ids_ptr, d_start_ptr, n_draft_ptr, n_ids, n_draft_rows,
     q_ptr, q_stride, inv_t_ptr, top_k_ptr, top_p_ptr, min_p_ptr,   # as _stats_kernel
     part_max_ptr, part_argmax_ptr, part_count_ptr,   # [S, C] chunk statistics (in)
-    radix_hist_ptr, radix_prefix_ptr,         # top-k select (in)
-    kept_mass_ptr, minp_mass_ptr,          # [S, C] int64 out: top-k kept mass, top-k and min-p kept mass
+    radix_hist_ptr, radix_prefix_ptr,   # top-k select (in)
+    kept_mass_ptr, minp_mass_ptr,       # [S, C] int64 out: masses top-k keeps, top-k and min-p
     V, MAXK, R, C, CHUNK,
     T_PROBS: tl.constexpr, HAS_TOPK: tl.constexpr, BLOCK_V: tl.constexpr,
     MAXK_P2: tl.constexpr, CP2: tl.constexpr,
@@ -166,7 +168,8 @@ def _mass_kernel(
         inv_t_ptr, top_k_ptr, top_p_ptr, min_p_ptr, V, MAXK, T_PROBS, MAXK_P2)
     inv_t, top_k, top_p, min_p = prm
     if needed & (inv_t != 0.0) & (is_probs == 0):
-        valid, x_max, arg = summary(s, C, part_max_ptr, part_argmax_ptr, part_count_ptr, is_probs, CP2)
+        valid, x_max, arg = summary(s, C, part_max_ptr, part_argmax_ptr, part_count_ptr,
+                                    is_probs, CP2)
         mk = tl.full([], 0, tl.int64)
         mm = tl.full([], 0, tl.int64)
         if valid:

@@ -17,8 +17,8 @@ checks the PTX (no float FMA, no approximate division, no flush-to-zero) and
 Layout: sampling_probs runs one program per row,
 looping over the vocabulary in tiles of ``BLOCK_V`` lanes (masked past V).
 ``verify`` does no host synchronisation (CUDA-graph capturable).  It runs the vocabulary-split
-pipeline (``split.py``) or one program per request, as the bandwidth model in
-``_launch.use_split`` decides from the shapes.  ``verify_tree`` (reference section 11) runs
+pipeline (``split.py``) or one program per request (``verify.py``): ``dispatch.py`` asks the
+bandwidth model of ``_launch.use_split``, which decides from the shapes.  ``verify_tree`` (reference section 11) runs
 one program per request (``triton_kernels/verify_tree.py``), also without host
 synchronisation; it allocates two [B, V] int64 scratch rows per call.
 """
