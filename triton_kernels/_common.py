@@ -172,45 +172,63 @@ def check_probs_tile(row_ptr, idx, msk):
 
 
 @triton.jit
+def logits_counts(row_ptr, lo, hi, x_scale, BLOCK_V: tl.constexpr):
+    """One pass over the logits l[lo:hi] of a row, x = l * x_scale -> (max x, its lowest
+    index, and int64 counts of: entries that are bad (NaN or +inf in l or x), finite l,
+    finite x).  A whole row (``logits_scan``) or one chunk of the split pipeline."""
+    offs = tl.arange(0, BLOCK_V)
+    x_max = tl.full([], NEG_INF, tl.float32)
+    arg = tl.full([], 0, tl.int32)
+    n_bad = tl.full([], 0, tl.int64)
+    n_finite_l = tl.full([], 0, tl.int64)
+    n_finite_x = tl.full([], 0, tl.int64)
+    for start in range(lo, hi, BLOCK_V):
+        idx = start + offs
+        msk = idx < hi
+        bad, fin_l, fin_x, cand = logits_tile(row_ptr, idx, msk, x_scale)
+        n_bad += bad
+        n_finite_l += fin_l
+        n_finite_x += fin_x
+        x_max, arg = _argmax_step(cand, idx, msk, x_max, arg)
+    return x_max, arg, n_bad, n_finite_l, n_finite_x
+
+
+@triton.jit
 def logits_scan(row_ptr, V, inv_t, BLOCK_V: tl.constexpr):
     """One pass over a row of logits l, x = l * inv_t -> (valid, max x, lowest argmax of x).
 
     valid: no NaN or +inf in l or x, and neither l nor x is -inf everywhere (reference
     section 3).  inv_t = 1 gives the greedy row check and argmax of the logits themselves."""
-    offs = tl.arange(0, BLOCK_V)
-    x_max = tl.full([], NEG_INF, tl.float32)
-    arg = tl.full([], 0, tl.int32)
-    n_bad = tl.full([], 0, tl.int32)
-    n_finite_l = tl.full([], 0, tl.int32)
-    n_finite_x = tl.full([], 0, tl.int32)
-    for start in range(0, V, BLOCK_V):
-        idx = start + offs
-        msk = idx < V
-        bad, fin_l, fin_x, cand = logits_tile(row_ptr, idx, msk, inv_t)
-        n_bad += bad
-        n_finite_l += fin_l
-        n_finite_x += fin_x
-        x_max, arg = _argmax_step(cand, idx, msk, x_max, arg)
+    x_max, arg, n_bad, n_finite_l, n_finite_x = logits_counts(row_ptr, 0, V, inv_t, BLOCK_V)
     valid = (n_bad == 0) & (n_finite_l > 0) & (n_finite_x > 0)
     return valid, x_max, arg
+
+
+@triton.jit
+def probs_counts(row_ptr, lo, hi, BLOCK_V: tl.constexpr):
+    """One pass over the probabilities p[lo:hi] of a row -> (max p among the entries in
+    [0, 1] (-1 if none), its lowest index, int64 count of entries outside [0, 1] (NaN
+    included), int64 mass sum trunc(p * 2**32) of the others)."""
+    offs = tl.arange(0, BLOCK_V)
+    best = tl.full([], -1.0, tl.float32)
+    arg = tl.full([], 0, tl.int32)
+    n_bad = tl.full([], 0, tl.int64)
+    mass = tl.full([], 0, tl.int64)
+    for start in range(lo, hi, BLOCK_V):
+        idx = start + offs
+        msk = idx < hi
+        bad, m, cand = check_probs_tile(row_ptr, idx, msk)
+        n_bad += bad
+        mass += m
+        best, arg = _argmax_step(cand, idx, msk, best, arg)
+    return best, arg, n_bad, mass
 
 
 @triton.jit
 def probs_check_argmax(row_ptr, V, BLOCK_V: tl.constexpr):
     """Probability rows: (valid, lowest-index argmax).  valid = every entry in [0, 1] and
     0 < sum trunc(p * 2**32) <= 2**34."""
-    offs = tl.arange(0, BLOCK_V)
-    best = tl.full([], -1.0, tl.float32)
-    arg = tl.full([], 0, tl.int32)
-    n_bad = tl.full([], 0, tl.int32)
-    mass = tl.full([], 0, tl.int64)
-    for start in range(0, V, BLOCK_V):
-        idx = start + offs
-        msk = idx < V
-        bad, m, cand = check_probs_tile(row_ptr, idx, msk)
-        n_bad += bad
-        mass += m
-        best, arg = _argmax_step(cand, idx, msk, best, arg)
+    best, arg, n_bad, mass = probs_counts(row_ptr, 0, V, BLOCK_V)
     valid = (n_bad == 0) & (mass > 0) & (mass <= P_CHECK_MAX)
     return valid, arg
 

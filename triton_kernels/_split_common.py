@@ -14,8 +14,8 @@ row gets exactly the row statistics of the one-program path (``_common.row_stats
 import triton
 import triton.language as tl
 
-from ._common import (NEG_INF, NO_INDEX, P_CHECK_MAX, RADIX, _argmax_step, check_probs_tile,
-                      logits_tile, ukey_f32)
+from ._common import (NEG_INF, NO_INDEX, P_CHECK_MAX, RADIX, logits_counts, probs_counts,
+                      ukey_f32)
 from ._walk_common import load_request
 
 N_ROUNDS = tl.constexpr(8)          # KEY_BITS // RADIX_BITS radix rounds per select
@@ -169,29 +169,9 @@ def load_draw_stats(draw_stats_ptr, draw_mass_ptr, b, which):
 @triton.jit
 def stats_chunk(row_ptr, lo, hi, x_scale, is_probs, BLOCK_V: tl.constexpr):
     """-> (max, lowest argmax, n0, n1, n2) of the chunk [lo, hi) (see ``summary``)."""
-    offs = tl.arange(0, BLOCK_V)
-    n0 = tl.full([], 0, tl.int64)
-    n1 = tl.full([], 0, tl.int64)
-    n2 = tl.full([], 0, tl.int64)
-    arg = tl.full([], 0, tl.int32)
     if is_probs:
-        best = tl.full([], -1.0, tl.float32)
-        for start in range(lo, hi, BLOCK_V):
-            idx = start + offs
-            msk = idx < hi
-            bad, mass, cand = check_probs_tile(row_ptr, idx, msk)
-            n0 += bad
-            n1 += mass
-            best, arg = _argmax_step(cand, idx, msk, best, arg)
-        n2 = n2 + 1
+        best, arg, n0, n1 = probs_counts(row_ptr, lo, hi, BLOCK_V)
+        n2 = tl.full([], 1, tl.int64)
     else:
-        best = tl.full([], NEG_INF, tl.float32)
-        for start in range(lo, hi, BLOCK_V):
-            idx = start + offs
-            msk = idx < hi
-            bad, fin_l, fin_x, cand = logits_tile(row_ptr, idx, msk, x_scale)
-            n0 += bad
-            n1 += fin_l
-            n2 += fin_x
-            best, arg = _argmax_step(cand, idx, msk, best, arg)
+        best, arg, n0, n1, n2 = logits_counts(row_ptr, lo, hi, x_scale, BLOCK_V)
     return best, arg, n0, n1, n2

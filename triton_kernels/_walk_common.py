@@ -1,8 +1,9 @@
 """Walk helpers shared by the per-request Triton kernels (reference sections 1, 7-10):
 the request prologue (``load_request``), the output row (``write_row``), the accept test
 (``accept_test``) and one position of the token walk (``visit``), and the row transforms of
-the block, rate and tree kernels (``target_row``, ``draft_row``, ``no_stats``).  Kernel
-modules import their shared pieces from here or from ``_common``, never from each other.
+the block, rate and tree kernels (``target_row``, ``draft_row``, ``no_stats``).  A kernel
+module takes shared device code from the underscore modules (``_common``, ``_walk_common``,
+``_split_common``, ``_block_rows``, ``_tree_rows``), never from another kernel module.
 
 Per-request scalars travel as the tuple ``req = (inv_t, top_k, top_p, min_p, seed, offset)``;
 row statistics as ``stats`` (see ``_common``).
