@@ -116,8 +116,9 @@ def test_the_graph_sees_the_imports_that_matter():
 # shrink (the test fails when one is gone, so that it is dropped from here).
 KNOWN_CIRCLES = [
     # specops.__getattr__ imports integrations.hf lazily for ``specops.generate``, and hf
-    # calls the public API through ``import specops`` (tests/integrations/test_hf.py patches
-    # ``specops.verify_block`` there): hf importing specops.api / specops.planner breaks it
+    # calls the public API through ``import specops``.  The fix: hf imports specops.api and
+    # specops.planner, and tests/integrations/test_hf.py's negative control patches
+    # ``specops.api.verify_block`` instead of ``specops.verify_block``
     ["specops", "specops.integrations.hf"],
 ]
 
@@ -137,9 +138,7 @@ PY_MAX, CPP_MAX = 700, 600
 # Drop a file once it is back under the limit; lower its number whenever it gets shorter.
 OVERSIZED = {
     "csrc/simd/passes.cpp": 665,          # the per-ISA passes (code review F10, §2)
-    "specops/audit.py": 754,              # the lab's checks and report (review §2)
-    "tests/test_cpu_native.py": 793,      # the test suite's restructuring (review §3, F7)
-    "tests/test_triton.py": 749,          # idem
+    "tests/test_cpu_native.py": 782,      # the test suite's restructuring (review §3, F7)
 }
 VENDORED = ("tests/integrations/vllm_upstream/",)      # vLLM's own files, kept verbatim
 
