@@ -6,6 +6,7 @@ scaling with the acceptance rate.  Draft = target logits + noise (``_harness.mak
 from __future__ import annotations
 
 import os
+import sys
 import time
 from typing import Optional, Tuple
 
@@ -193,14 +194,20 @@ def random_suite(args, reps, out, argv):
     emit()
     emit(HEADER)
     main_rows = {}
-    for name in SETTINGS:
-        res = run_config(32, 4, 128256, name, reps, with_hf=True, with_ref=not args.quick)
+    names = [n for n in SETTINGS if not args.quick or n in QUICK_SETTINGS]
+    for i, name in enumerate(names):
+        progress(f"{name} at B=32, K=4, V=128256 ({i + 1}/{len(names)})", t_begin)
+        res = run_config(32, 4, 128256, name, reps, with_hf=not args.quick,
+                         with_ref=not args.quick)
         main_rows[name] = res
         emit(fmt_row(name, 32, 4, 128256, res))
     emit()
     for line in target_verdicts(main_rows):
         emit(line)
     emit()
+    if args.quick:                         # the headline table only
+        finish(emit, lines, out, t_begin, notes=False)
+        return
     emit("## Reference shapes (the design's benchmark shapes)")
     emit()
     emit(HEADER)
@@ -215,6 +222,7 @@ def random_suite(args, reps, out, argv):
             if (B, K, V) == (32, 4, 128256) and name in main_rows:
                 res = main_rows[name]
             else:
+                progress(f"{name} at B={B}, K={K}, V={V}", t_begin)
                 res = run_config(B, K, V, name, max(5, reps - 2), with_hf=(B == 1))
             emit(fmt_row(name, B, K, V, res))
             if name == "t0.8" and (B, K) == (32, 4):
@@ -238,6 +246,7 @@ def random_suite(args, reps, out, argv):
     for B, K, V in mshapes:
         for name in ("greedy", "t0.8", "t0.8+top_p0.95") if (B, K, V) == (32, 4, 128256) \
                 else ("t0.8",):
+            progress(f"methods, {name} at B={B}, K={K}, V={V}", t_begin)
             r = run_methods(B, K, V, name, max(5, reps - 2))
             emit(fmt_methods(name, B, K, V, r))
             if (B, K, V, name) == (32, 4, 128256, "t0.8"):
@@ -276,19 +285,32 @@ def random_suite(args, reps, out, argv):
     for line in scaling_note(sweep_v, sweep_b, sorted(sweep_k, key=lambda t: t[0]), sweep_a):
         emit(line)
     emit()
+    finish(emit, lines, out, t_begin)
+    if args.plot:
+        plot(args.plot, sweep_v, sweep_b)
+
+
+QUICK_SETTINGS = ("greedy", "t0.8", "t0.8+top_p0.95")
+
+
+def progress(what, t_begin):
+    """A line on stderr before each timed configuration (stdout holds the report)."""
+    print(f"  [{time.time() - t_begin:5.0f} s] timing {what}", file=sys.stderr, flush=True)
+
+
+def finish(emit, lines, out, t_begin, notes=True):
+    """The wall time, the hand-written notes (full runs), and the report file."""
     emit(f"Total wall time: {time.time() - t_begin:.0f} s")
-    notes = os.path.join(RESULTS, "cpu_notes.md")
-    if out and os.path.exists(notes):         # hand-written analysis kept across re-runs
+    notes_file = os.path.join(RESULTS, "cpu_notes.md")
+    if notes and out and os.path.exists(notes_file):   # analysis kept across re-runs
         emit()
-        with open(notes) as f:
+        with open(notes_file) as f:
             lines.extend(f.read().rstrip("\n").split("\n"))
     if out:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
         with open(out, "w") as f:
             f.write("\n".join(lines) + "\n")
         print(f"wrote {out}")
-    if args.plot:
-        plot(args.plot, sweep_v, sweep_b)
 
 
 def plot(path, sweep_v, sweep_b):

