@@ -1,54 +1,23 @@
-// The vectorised row passes, written once over the Vec types and compiled once per ISA level
-// (see passes.h).  Each routine runs whole vectors of its level and hands the remaining
-// elements to its own scalar instantiation, so the tail does the same operations.
+// The transform's row passes (reference section 2: scale and max, exp and the exact integer
+// mass, probabilities, the greedy argmax, the top-k / top-p gathers), written once over the Vec
+// types and compiled once per ISA level (see passes.h and simd/level.h), and the level's
+// Passes table (the draw's passes are in simd/draw_passes.cpp).  Each routine runs whole
+// vectors of its level and hands the remaining elements to its own scalar instantiation, so
+// the tail does the same operations.
 //
 // Exact integer sums: trunc(e * 2^40) for e in [0, 1] is split exactly as
 // hi * 2^20 + lo with hi = trunc(e * 2^20), lo = trunc(frac * 2^20) (each step an exact
 // float32 operation); the digits are summed in int32 lanes over kLaneBlock vectors, then in
-// uint64.  The draw's weights trunc(r * 2^60) use three such digits.
+// uint64.
 #include "simd/passes.h"
 
 #include "core/float_bits.h"
 #include "core/pexp.h"
-#include "simd/vec_scalar.h"
-
-#if !defined(SPECOPS_ISA)
-#error "simd/passes.cpp is compiled once per level with -DSPECOPS_ISA=0|1|2|3 (see CMakeLists.txt)"
-#elif SPECOPS_ISA == 1
-#include "simd/vec_sse2.h"
-#elif SPECOPS_ISA == 2
-#include <immintrin.h>
-
-#include "simd/vec_avx2.h"
-#elif SPECOPS_ISA == 3
-#include <immintrin.h>
-
-#include "simd/vec_avx512.h"
-#endif
+#include "simd/draw_passes.h"
+#include "simd/level.h"
 
 namespace specops {
 namespace {
-
-using simd::Scalar;
-#if SPECOPS_ISA == 0
-using Native = simd::Scalar;
-#define SPECOPS_PASSES_TABLE kPassesScalar
-#define SPECOPS_PASSES_NAME "scalar"
-#elif SPECOPS_ISA == 1
-using Native = simd::Sse2;
-#define SPECOPS_PASSES_TABLE kPassesSse2
-#define SPECOPS_PASSES_NAME "sse2"
-#elif SPECOPS_ISA == 2
-using Native = simd::Avx2;
-#define SPECOPS_PASSES_TABLE kPassesAvx2
-#define SPECOPS_PASSES_NAME "avx2"
-#elif SPECOPS_ISA == 3
-using Native = simd::Avx512;
-#define SPECOPS_PASSES_TABLE kPassesAvx512
-#define SPECOPS_PASSES_NAME "avx512"
-#else
-#error "SPECOPS_ISA must be 0 (scalar), 1 (sse2), 2 (avx2) or 3 (avx512)"
-#endif
 
 // Number of elements of [i, n) covered by whole vectors, at most `cap` vectors.
 template <class S>
@@ -384,282 +353,30 @@ int64_t band_pass(const float* e, int64_t V, float lo, float hi, float* out, uin
   return band_t<Native>(e, V, lo, hi, out, mass);
 }
 
-// ------------------------------------------------------------------ draw weights
-// Exact sum of trunc(r * 2^60) over the lanes added (0 <= r <= 1): three 20-bit digits, each
-// an exact float32 step, summed in int32 lanes (kDrawBlock digits per lane at most).
-template <class S>
-struct WeightSum {
-  typename S::I h = S::splat_i(0), m = h, l = h;
-  void add(typename S::F r) {
-    const typename S::F s20 = S::splat(0x1p20f);
-    const typename S::F y1 = r * s20;
-    const typename S::I dh = to_int(y1);
-    const typename S::F y2 = (y1 - to_float(dh)) * s20;
-    const typename S::I dm = to_int(y2);
-    h = h + dh;
-    m = m + dm;
-    l = l + to_int((y2 - to_float(dm)) * s20);
-  }
-  uint64_t total() const {
-    int32_t lh[S::W], lm[S::W], ll[S::W];
-    store(lh, h);
-    store(lm, m);
-    store(ll, l);
-    uint64_t t = 0;
-    for (int k = 0; k < S::W; ++k)
-      t += (uint64_t(uint32_t(lh[k])) << 40) + (uint64_t(uint32_t(lm[k])) << 20) + uint32_t(ll[k]);
-    return t;
-  }
-};
 
-#if SPECOPS_ISA == 3
-// AVX-512 converts float64 to int64 (AVX512DQ): float64(r) * 2^60 is exact and <= 2^60, so
-// its truncation is trunc(r * 2^60) itself, summed in int64 lanes.  Fewer uops than the digits.
-template <>
-struct WeightSum<simd::Avx512> {
-  __m512i a = _mm512_setzero_si512();
-  void add(simd::Avx512::F r) {
-    const __m512d s60 = _mm512_set1_pd(0x1p60);
-    const __m512d lo = _mm512_cvtps_pd(_mm512_castps512_ps256(r.v));
-    const __m512d hi =
-        _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(r.v), 1)));
-    a = _mm512_add_epi64(a, _mm512_add_epi64(_mm512_cvttpd_epi64(_mm512_mul_pd(lo, s60)),
-                                             _mm512_cvttpd_epi64(_mm512_mul_pd(hi, s60))));
-  }
-  uint64_t total() const { return uint64_t(_mm512_reduce_add_epi64(a)); }
-};
-#endif
-
-// r = p > q ? p - max(q, 0) : 0 (HAS_Q) or r = p; trunc(r * 2^60) over [i, end) added to
-// sum; returns where the whole vectors stopped.  r outside [0, 1] sets `bad` (and counts 0).
-// Vectors of masked tokens (p == 0: top-k / top-p / min-p rows are mostly zeros) store r = 0
-// without reading q (a NaN p still takes the full path and its bad-row flag).
-// MIN (acceptance rates, with q): r = min(p, q > 0 ? q : 0) instead of the residual.
-// FROM_E: p is computed here from a transformed row (e, cut, sd: what materialize would
-// store, see RowP), so the drawn row is not stored as p first.  Such a p is in [0, 1] (e <= 1
-// and S' >= 2^40 + E of any other kept token), hence so is r: no check.
-struct FromE {
-  float cut = 0.0f;
-  DivScale ds{kEScale, kEScale};
-  bool sparse = true;  // the row has masked tokens: vectors of them skip the work
-};
-
-template <class S, bool HAS_Q, bool MIN = false, bool FROM_E = false>
-int64_t weight_lanes(const float* p, const float* q, float* r, int64_t i, int64_t end,
-                     uint64_t& sum, bool& bad, FromE fe = {}) {
-  using F = typename S::F;
-  const F one = S::splat(1.0f), zero = S::splat(0.0f);
-  const F vcut = S::splat(fe.cut);
-  const bool evaluate = !(fe.cut >= 0x1p-40f);  // see materialize_t
-  WeightSum<S> ws;
-  typename S::M vbad = lt(zero, zero);  // all false
-  for (; i + S::W <= end; i += S::W) {
-    F pv;
-    if (FROM_E) {
-      F ev = S::load(p + i);
-      const typename S::M skipped = lt(ev, zero);
-      if (any(skipped))
-        ev = keep(mnot(skipped), ev) + (evaluate ? keep(skipped, pexp_v<S>(ev)) : zero);
-      if (!fe.sparse) {  // every token kept (a zero e, d < -86, gives p = 0 anyway)
-        pv = div_flush(ev, fe.ds);
-      } else {
-        const typename S::M in = ge(ev, vcut);
-        if (!any(in & ne_u(ev, zero))) {
-          store(r + i, zero);
-          continue;
-        }
-        pv = keep(in, div_flush(ev, fe.ds));
-      }
-    } else {
-      pv = S::load(p + i);
-      if (!any(ne_u(pv, zero))) {
-        store(r + i, zero);
-        continue;
-      }
-    }
-    F rv = pv;
-    if (HAS_Q && MIN) {  // disjoint masks: one term is +0, the sum is exact
-      const F qv = S::load(q + i);
-      const F qq = keep(gt(qv, zero), qv);
-      rv = keep(le(pv, qq), pv) + keep(gt(pv, qq), qq);
-    } else if (HAS_Q) {
-      const F qv = S::load(q + i);
-      rv = keep(gt(pv, qv), pv - max(qv, zero));
-    }
-    store(r + i, rv);
-    if (FROM_E) {
-      ws.add(rv);
-    } else {
-      const typename S::M ok = ge(rv, zero) & le(rv, one);
-      vbad = vbad | mnot(ok);
-      ws.add(keep(ok, rv));
-    }
-  }
-  sum += ws.total();
-  bad = bad || any(vbad);
-  return i;
-}
-
-template <bool HAS_Q, bool FROM_E = false>
-uint64_t weights_t(const float* p, const float* q, float* r, int64_t V, uint64_t* bsum,
-                   bool* bad, FromE fe = {}) {
-  uint64_t total = 0;
-  bool b = false;
-  for (int64_t b0 = 0, k = 0; b0 < V; b0 += kDrawBlock, ++k) {
-    const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
-    uint64_t s = 0;
-    const int64_t i = weight_lanes<Native, HAS_Q, false, FROM_E>(p, q, r, b0, b1, s, b, fe);
-    if constexpr (Native::W > 1)
-      weight_lanes<Scalar, HAS_Q, false, FROM_E>(p, q, r, i, b1, s, b, fe);
-    bsum[k] = s;
-    total += s;
-  }
-  *bad = b;
-  return total;
-}
-
-uint64_t row_weights(const float* e, float cut, double sd, bool sparse, const float* q, float* r,
-                     int64_t V, uint64_t* bsum, bool* bad) {
-  const FromE fe{cut, DivScale(kEScale, sd), sparse || cut > 0.0f};
-  return q ? weights_t<true, true>(e, q, r, V, bsum, bad, fe)
-           : weights_t<false, true>(e, nullptr, r, V, bsum, bad, fe);
-}
-
-// sum of trunc(min(p, q > 0 ? q : 0) * 2^60): beta of the acceptance rates (p, q valid rows)
-uint64_t min_mass(const float* p, const float* q, float* r, int64_t V) {
-  uint64_t total = 0;
-  bool b = false;
-  for (int64_t b0 = 0; b0 < V; b0 += kDrawBlock) {
-    const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
-    const int64_t i = weight_lanes<Native, true, true>(p, q, r, b0, b1, total, b);
-    if constexpr (Native::W > 1) weight_lanes<Scalar, true, true>(p, q, r, i, b1, total, b);
-  }
-  return total;
-}
-
-uint64_t weights(const float* p, const float* q, float* r, int64_t V, uint64_t* bsum,
-                 bool* bad) {
-  return q ? weights_t<true>(p, q, r, V, bsum, bad) : weights_t<false>(p, nullptr, r, V, bsum, bad);
-}
-
-// ------------------------------------------------------------------ block verification mass
-// D = trunc(d * 2^60), d = rho * p - max(q, 0) where rho * p > q else 0, all in float64
-// (q == nullptr: q = 0).  d <= 1, so d * 2^30 = hi + fr with hi = trunc < 2^31 and the
-// fraction fr exact, and D = hi * 2^30 + trunc(fr * 2^30): two int32 digits per lane.
-inline uint64_t block_weight(float p, const float* q, int64_t i, double rho) {
-  const double a = rho * double(p), b = q ? double(q[i]) : 0.0;
-  return a > b ? uint64_t(int64_t((a - (b > 0.0 ? b : 0.0)) * 0x1p60)) : 0;
-}
-
-uint64_t block_mass(const float* p, const float* q, double rho, int64_t V, uint64_t* bsum) {
-  uint64_t total = 0;
-  for (int64_t b0 = 0, k = 0; b0 < V; b0 += kDrawBlock, ++k) {
-    const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
-    int64_t i = b0;
-    uint64_t s = 0;
-#if SPECOPS_ISA >= 2  // AVX2 lanes (the AVX-512 level too)
-    const __m256d vrho = _mm256_set1_pd(rho), zero = _mm256_setzero_pd();
-    const __m256d s30 = _mm256_set1_pd(0x1p30);
-    __m256i hi = _mm256_setzero_si256(), lo = hi;
-    for (; i + 4 <= b1; i += 4) {
-      const __m256d a = _mm256_mul_pd(_mm256_cvtps_pd(_mm_loadu_ps(p + i)), vrho);
-      const __m256d b = q ? _mm256_cvtps_pd(_mm_loadu_ps(q + i)) : zero;
-      const __m256d gt = _mm256_cmp_pd(a, b, _CMP_GT_OQ);  // NaN: false
-      const __m256d d = _mm256_and_pd(gt, _mm256_sub_pd(a, _mm256_max_pd(b, zero)));
-      const __m256d y = _mm256_mul_pd(d, s30);
-      const __m128i h = _mm256_cvttpd_epi32(y);
-      const __m128i l = _mm256_cvttpd_epi32(_mm256_mul_pd(_mm256_sub_pd(y, _mm256_cvtepi32_pd(h)), s30));
-      hi = _mm256_add_epi64(hi, _mm256_cvtepi32_epi64(h));
-      lo = _mm256_add_epi64(lo, _mm256_cvtepi32_epi64(l));
-    }
-    alignas(32) uint64_t lh[4], ll[4];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(lh), hi);
-    _mm256_store_si256(reinterpret_cast<__m256i*>(ll), lo);
-    for (int t = 0; t < 4; ++t) s += (lh[t] << 30) + ll[t];
-#endif
-    for (; i < b1; ++i) s += block_weight(p[i], q, i, rho);
-    if (bsum) bsum[k] = s;
-    total += s;
-  }
-  return total;
-}
-
-// One token of tree_update: the scalar rule every level shares (and the tail of the lanes).
-inline int64_t tree_weight(int64_t r, const int64_t* Qw, double ia, double iq, bool at_y) {
-  const double qn = Qw ? double(*Qw) * iq : (at_y ? 1.0 : 0.0);
-  const double d = double(r) * ia - qn;
-  const int64_t w = int64_t(d * 0x1p60);  // -2^60 <= d * 2^60 <= 2^61: converts exactly
-  return w > 0 ? w : 0;
-}
-
-#if SPECOPS_ISA >= 2  // AVX2 lanes (the AVX-512 level too)
-// float64 of 0 <= x < 2^62 in four lanes, correctly rounded: the two 31-bit digits convert
-// exactly and one addition rounds (as a scalar int64 -> double conversion does).
-inline __m256d i62_to_pd(__m256i x) {
-  const __m256i pick = _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6);
-  const __m256i lo = _mm256_and_si256(x, _mm256_set1_epi64x(0x7fffffff));
-  const __m256i hi = _mm256_srli_epi64(x, 31);
-  const __m128i lo32 = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(lo, pick));
-  const __m128i hi32 = _mm256_castsi256_si128(_mm256_permutevar8x32_epi32(hi, pick));
-  return _mm256_add_pd(_mm256_mul_pd(_mm256_cvtepi32_pd(hi32), _mm256_set1_pd(0x1p31)),
-                       _mm256_cvtepi32_pd(lo32));
-}
-#endif
-
-uint64_t tree_update(int64_t* R, const int64_t* Qw, double ia, double iq, int64_t y, int64_t V,
-                     uint64_t* bsum) {
-  uint64_t total = 0;
-  for (int64_t b0 = 0, k = 0; b0 < V; b0 += kDrawBlock, ++k) {
-    if (bsum[k] == 0) continue;
-    const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
-    int64_t i = b0;
-    uint64_t s = 0;
-#if SPECOPS_ISA >= 2  // AVX2 lanes (the AVX-512 level too)
-    const bool y_here = !Qw && y >= b0 && y < b1;
-    const int64_t r_y = y_here ? R[y] : 0;  // the point mass's token, before the lanes write it
-    const __m256d via = _mm256_set1_pd(ia), viq = _mm256_set1_pd(iq);
-    const __m256d s30 = _mm256_set1_pd(0x1p30), zero = _mm256_setzero_pd();
-    __m256i acc = _mm256_setzero_si256();
-    for (; i + 4 <= b1; i += 4) {
-      const __m256d rn = _mm256_mul_pd(
-          i62_to_pd(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(R + i))), via);
-      const __m256d qn = Qw ? _mm256_mul_pd(i62_to_pd(_mm256_loadu_si256(
-                                  reinterpret_cast<const __m256i*>(Qw + i))), viq)
-                            : zero;
-      // trunc(max(d, 0) * 2^60) as two 30-bit digits (d * 2^30 < 2^31 since d <= 1 + 2^-52)
-      const __m256d t = _mm256_mul_pd(_mm256_max_pd(_mm256_sub_pd(rn, qn), zero), s30);
-      const __m128i h = _mm256_cvttpd_epi32(t);
-      const __m128i l = _mm256_cvttpd_epi32(_mm256_mul_pd(_mm256_sub_pd(t, _mm256_cvtepi32_pd(h)), s30));
-      const __m256i w = _mm256_add_epi64(_mm256_slli_epi64(_mm256_cvtepi32_epi64(h), 30),
-                                         _mm256_cvtepi32_epi64(l));
-      _mm256_storeu_si256(reinterpret_cast<__m256i*>(R + i), w);
-      acc = _mm256_add_epi64(acc, w);
-    }
-    alignas(32) uint64_t la[4];
-    _mm256_store_si256(reinterpret_cast<__m256i*>(la), acc);
-    s = la[0] + la[1] + la[2] + la[3];
-    if (y_here && y < i) {  // the lanes took q = 0 at y: the point mass's token redone
-      s -= uint64_t(R[y]);
-      R[y] = tree_weight(r_y, nullptr, ia, iq, true);
-      s += uint64_t(R[y]);
-    }
-#endif
-    for (; i < b1; ++i) {
-      R[i] = tree_weight(R[i], Qw ? Qw + i : nullptr, ia, iq, i == y);
-      s += uint64_t(R[i]);
-    }
-    bsum[k] = s;
-    total += s;
-  }
-  return total;
+// The level's table, filled member by member.
+constexpr Passes level_passes() {
+  Passes p{};
+  p.name = SPECOPS_LEVEL_NAME;
+  p.scale_max = &scale_max;
+  p.exp_pass = &exp_pass;
+  p.masked_mass = &masked_mass;
+  p.materialize = &materialize;
+  p.first_eq = &first_eq;
+  p.gather_ge = &gather_ge;
+  p.gather_key = &gather_key;
+  p.band_pass = &band_pass;
+  p.weights = &SPECOPS_LEVEL::weights;
+  p.row_weights = &SPECOPS_LEVEL::row_weights;
+  p.block_mass = &SPECOPS_LEVEL::block_mass;
+  p.min_mass = &SPECOPS_LEVEL::min_mass;
+  p.tree_update = &SPECOPS_LEVEL::tree_update;
+  return p;
 }
 
 }  // namespace
 
-extern const Passes SPECOPS_PASSES_TABLE = {
-    SPECOPS_PASSES_NAME, &scale_max, &exp_pass,  &masked_mass, &materialize,
-    &first_eq,           &gather_ge, &gather_key, &band_pass,   &weights,
-    &row_weights,        &block_mass, &min_mass,  &tree_update,
-};
+extern const Passes SPECOPS_PASSES_TABLE = level_passes();
+static_assert(complete(level_passes()), "every member of Passes needs its pass");
 
 }  // namespace specops

@@ -1,8 +1,9 @@
 // The vectorised row passes and the run-time ISA dispatch table.
 //
-// simd/passes.cpp is compiled once per ISA level (CMake: -DSPECOPS_ISA=0 scalar, 1 SSE2,
-// 2 AVX2 with -mavx2, 3 AVX-512 with -mavx512f -mavx512dq; only the scalar unit on non-x86
-// targets), each unit defining one `Passes` table.  simd/isa.cpp picks the active table: the
+// simd/passes.cpp (the transform's passes) and simd/draw_passes.cpp (the draw's) are compiled
+// once per ISA level (CMake: -DSPECOPS_ISA=0 scalar, 1 SSE2, 2 AVX2 with -mavx2, 3 AVX-512
+// with -mavx512f -mavx512dq; only the scalar level on non-x86 targets; see simd/level.h),
+// each level defining one `Passes` table.  simd/isa.cpp picks the active table: the
 // best level the CPU supports, or the one named by SPECOPS_CPU_ISA=scalar|sse2|avx2|avx512.
 // Every level gives the same bits.
 #pragma once
@@ -99,6 +100,13 @@ struct Passes {
   uint64_t (*tree_update)(int64_t* R, const int64_t* Qw, double ia, double iq, int64_t y,
                           int64_t V, uint64_t* block_sums);
 };
+
+// Every member set (each level's table is checked at compile time).
+constexpr bool complete(const Passes& p) {
+  return p.name && p.scale_max && p.exp_pass && p.masked_mass && p.materialize && p.first_eq &&
+         p.gather_ge && p.gather_key && p.band_pass && p.weights && p.row_weights &&
+         p.block_mass && p.min_mass && p.tree_update;
+}
 
 // Levels, lowest first.  The tables a build contains (see isa.cpp).
 extern const Passes kPassesScalar;

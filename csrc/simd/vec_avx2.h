@@ -12,9 +12,18 @@ namespace simd {
 namespace {
 namespace avx2 {
 
-SPECOPS_X86_VEC_OPS(_mm256, 256, __m256i)
+SPECOPS_X86_VEC_OPS(_mm256, 256, __m256i, __m256d)
 
 SPECOPS_X86_CMP_OPS(_mm256_cmp_ps)
+inline MD gt(D a, D b) { return {_mm256_cmp_pd(a.v, b.v, _CMP_GT_OQ)}; }
+
+inline __m128i low_dwords(L x) {
+  return _mm256_castsi256_si128(
+      _mm256_permutevar8x32_epi32(x.v, _mm256_setr_epi32(0, 2, 4, 6, 0, 2, 4, 6)));
+}
+inline L widen(__m128i x) { return {_mm256_cvtepi32_epi64(x)}; }
+SPECOPS_X86_F64_CONVERT(_mm256, 256)
+inline D load_wide(const float* p) { return {_mm256_cvtps_pd(_mm_loadu_ps(p))}; }
 
 // flush(float32(float64(e) * sc / sd)): the float64 division (AVX2 runs it beside the row's
 // other float work; the reciprocal of vec_avx512.h costs more uops than it saves here)
@@ -50,7 +59,7 @@ inline int compress(float* dst, F x, M m) {
 
 }  // namespace avx2
 
-SPECOPS_X86_VEC_TAG(Avx2, avx2, _mm256, 8)
+SPECOPS_X86_VEC_TAG(Avx2, avx2, _mm256, 8, 256, false)
 
 }  // namespace
 }  // namespace simd

@@ -58,6 +58,34 @@ inline F mul_pow2(F s, F n, I) { return {_mm512_scalef_ps(s.v, n.v)}; }
 inline void store(float* p, F x) { _mm512_storeu_ps(p, x.v); }
 inline void store(int32_t* p, I x) { _mm512_storeu_si512(p, x.v); }
 
+// float64 lanes (vec_scalar.h); AVX512DQ converts float64 <-> int64 directly (exact where
+// to_f64 and trunc_l are used: the conversions round and truncate as the scalar ones do)
+struct D {
+  __m512d v;
+};
+struct L {
+  __m512i v;
+};
+struct MD {
+  __mmask8 v;
+};
+inline D operator*(D a, D b) { return {_mm512_mul_pd(a.v, b.v)}; }
+inline D operator-(D a, D b) { return {_mm512_sub_pd(a.v, b.v)}; }
+inline D max(D a, D b) { return {_mm512_max_pd(a.v, b.v)}; }
+inline MD gt(D a, D b) { return {_mm512_cmp_pd_mask(a.v, b.v, _CMP_GT_OQ)}; }
+inline D keep(MD m, D x) { return {_mm512_maskz_mov_pd(m.v, x.v)}; }
+inline L operator+(L a, L b) { return {_mm512_add_epi64(a.v, b.v)}; }
+inline D to_f64(L x) { return {_mm512_cvtepi64_pd(x.v)}; }
+inline L trunc_l(D x) { return {_mm512_cvttpd_epi64(x.v)}; }
+inline void store(int64_t* p, L x) { _mm512_storeu_si512(p, x.v); }
+inline uint64_t hsum(L x) { return uint64_t(_mm512_reduce_add_epi64(x.v)); }
+inline D load_wide(const float* p) { return {_mm512_cvtps_pd(_mm256_loadu_ps(p))}; }
+// the low / high eight lanes of x, widened to float64 (exact)
+inline D widen_lo(F x) { return {_mm512_cvtps_pd(_mm512_castps512_ps256(x.v))}; }
+inline D widen_hi(F x) {
+  return {_mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(x.v), 1)))};
+}
+
 // div_flush (vec_scalar.h) through the reciprocal where that is provably the same float32:
 // q = float64(e) * c (c = sc / sd correctly rounded; float64(e) * sc is exact) is within 3 ulp
 // of the correctly rounded quotient x (three roundings of relative size <= 2^-53).  float32
@@ -83,8 +111,7 @@ inline __mmask8 quot_unsafe(__m512d q) {
 }
 
 inline F div_flush(F e, const DivScale& s) {
-  const __m512d el = _mm512_cvtps_pd(_mm512_castps512_ps256(e.v));
-  const __m512d eh = _mm512_cvtps_pd(_mm256_castpd_ps(_mm512_extractf64x4_pd(_mm512_castps_pd(e.v), 1)));
+  const __m512d el = widen_lo(e).v, eh = widen_hi(e).v;
   const __m512d vc = _mm512_set1_pd(s.c);
   __m512d lo = _mm512_mul_pd(el, vc), hi = _mm512_mul_pd(eh, vc);
   if (quot_unsafe(lo) | quot_unsafe(hi)) {
@@ -106,7 +133,7 @@ inline int compress(float* dst, F x, M m) {
 
 }  // namespace avx512
 
-SPECOPS_X86_VEC_TAG(Avx512, avx512, _mm512, 16)
+SPECOPS_X86_VEC_TAG(Avx512, avx512, _mm512, 16, 512, true)
 
 }  // namespace
 }  // namespace simd

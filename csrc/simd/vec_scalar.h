@@ -1,6 +1,9 @@
 // Vec types, scalar level: one lane.  What non-x86 builds compile, the tails of the SIMD
-// loops, and the SPECOPS_CPU_ISA=scalar level.  Same operations, same rounding as the SSE2
-// and AVX2 headers; every routine in simd/passes.cpp is written once over these types.
+// loops, and the SPECOPS_CPU_ISA=scalar level.  Same operations, same rounding as the SSE2,
+// AVX2 and AVX-512 headers; every routine in simd/*_passes.cpp is written once over these
+// types.  F / I / M: float32 lanes, their int32 companions and masks (W of them); D / L / MD:
+// float64 lanes, their int64 companions and masks (WD of them: W / 2 at the SIMD levels), for
+// the passes that work in float64 (block verification, the tree residual).
 //
 // Everything here has internal linkage (anonymous namespace): the file is compiled into each
 // per-ISA translation unit with that unit's flags, and no copy built with -mavx2 may be
@@ -99,16 +102,53 @@ inline int compress(float* dst, F x, M m) {
   return int(m.v);
 }
 
+// ---- float64 lanes
+struct D {
+  double v;
+};
+struct L {
+  int64_t v;
+};
+struct MD {
+  bool v;
+};
+
+inline D operator*(D a, D b) { return {a.v * b.v}; }
+inline D operator-(D a, D b) { return {a.v - b.v}; }
+inline D max(D a, D b) { return {a.v > b.v ? a.v : b.v}; }  // x86 maxpd: b unless a > b
+inline MD gt(D a, D b) { return {a.v > b.v}; }
+inline D keep(MD m, D x) { return {m.v ? x.v : 0.0}; }  // x where m, +0 elsewhere
+inline L operator+(L a, L b) { return {int64_t(uint64_t(a.v) + uint64_t(b.v))}; }
+// float64 of 0 <= x < 2^62, correctly rounded (what every level's conversion gives there)
+inline D to_f64(L x) { return {double(x.v)}; }
+// trunc(x) for 0 <= x < 2^61 (exact at every level there)
+inline L trunc_l(D x) { return {int64_t(x.v)}; }
+inline void store(int64_t* p, L x) { *p = x.v; }
+inline uint64_t hsum(L x) { return uint64_t(x.v); }
+inline D load_wide(const float* p) { return {double(*p)}; }
+
 }  // namespace scalar
 
 struct Scalar {
   static constexpr int W = 1;
+  static constexpr int WD = 1;
+  // float64 <-> int64 in one instruction per vector (AVX512DQ): the draw's weights may go
+  // through float64 instead of three float32 digits (simd/draw_passes.cpp, WeightSum)
+  static constexpr bool kI64Convert = false;
   using F = scalar::F;
   using I = scalar::I;
   using M = scalar::M;
+  using D = scalar::D;
+  using L = scalar::L;
+  using MD = scalar::MD;
   static F load(const float* p) { return {*p}; }
   static F splat(float x) { return {x}; }
   static I splat_i(int32_t x) { return {x}; }
+  static D splat_d(double x) { return {x}; }
+  static L load_l(const int64_t* p) { return {*p}; }
+  static L zero_l() { return {0}; }
+  // WD float32 at p, widened to float64
+  static D load_wide(const float* p) { return scalar::load_wide(p); }
 };
 
 }  // namespace

@@ -11,7 +11,7 @@ namespace simd {
 namespace {
 namespace sse2 {
 
-SPECOPS_X86_VEC_OPS(_mm, 128, __m128i)
+SPECOPS_X86_VEC_OPS(_mm, 128, __m128i, __m128d)
 
 inline M ge(F a, F b) { return {_mm_cmpge_ps(a.v, b.v)}; }
 inline M gt(F a, F b) { return {_mm_cmpgt_ps(a.v, b.v)}; }
@@ -20,6 +20,15 @@ inline M le(F a, F b) { return {_mm_cmple_ps(a.v, b.v)}; }
 inline M eq_f(F a, F b) { return {_mm_cmpeq_ps(a.v, b.v)}; }
 inline M ne_u(F a, F b) { return {_mm_cmpneq_ps(a.v, b.v)}; }
 inline M unord(F a, F b) { return {_mm_cmpunord_ps(a.v, b.v)}; }
+inline MD gt(D a, D b) { return {_mm_cmpgt_pd(a.v, b.v)}; }
+
+// (SPECOPS_X86_F64_CONVERT's lane moves: SSE2 has neither a dword permute nor a sign extension)
+inline __m128i low_dwords(L x) { return _mm_shuffle_epi32(x.v, _MM_SHUFFLE(3, 1, 2, 0)); }
+inline L widen(__m128i x) { return {_mm_unpacklo_epi32(x, _mm_setzero_si128())}; }  // x >= 0
+SPECOPS_X86_F64_CONVERT(_mm, 128)
+inline D load_wide(const float* p) {
+  return {_mm_cvtps_pd(_mm_castsi128_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(p))))};
+}
 
 inline F div_flush(F e, const DivScale& s) {
   const __m128d vd = _mm_set1_pd(s.sd_sc);  // e * sc / sd == e / (sd / sc), see DivScale
@@ -41,7 +50,7 @@ inline int compress(float* dst, F x, M m) {
 
 }  // namespace sse2
 
-SPECOPS_X86_VEC_TAG(Sse2, sse2, _mm, 4)
+SPECOPS_X86_VEC_TAG(Sse2, sse2, _mm, 4, 128, false)
 
 }  // namespace
 }  // namespace simd

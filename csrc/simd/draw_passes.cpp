@@ -1,0 +1,260 @@
+// The draw's passes (reference sections 5, 9, 10, 11), written once over the Vec types and
+// compiled once per ISA level like simd/passes.cpp (see simd/level.h): the weights of the drawn
+// row (three exact 20-bit digits per token, or float64 where the level converts it to int64 in
+// one instruction), the acceptance rates' min mass, and the float64 passes of block
+// verification and of the tree residual.  Each routine runs whole vectors of the level and
+// hands the remaining elements to its own Scalar instantiation, so the tail does the same
+// operations.
+#include "simd/draw_passes.h"
+
+#include "core/float_bits.h"
+#include "core/pexp.h"
+#include "simd/passes.h"
+
+namespace specops {
+namespace SPECOPS_LEVEL {
+namespace {
+
+// ------------------------------------------------------------------ draw weights
+// Exact sum of trunc(r * 2^60) over the lanes added (0 <= r <= 1): three 20-bit digits, each
+// an exact float32 step, summed in int32 lanes (kDrawBlock digits per lane at most).
+template <class S, bool = S::kI64Convert>
+struct WeightSum {
+  typename S::I h = S::splat_i(0), m = h, l = h;
+  void add(typename S::F r) {
+    const typename S::F s20 = S::splat(0x1p20f);
+    const typename S::F y1 = r * s20;
+    const typename S::I dh = to_int(y1);
+    const typename S::F y2 = (y1 - to_float(dh)) * s20;
+    const typename S::I dm = to_int(y2);
+    h = h + dh;
+    m = m + dm;
+    l = l + to_int((y2 - to_float(dm)) * s20);
+  }
+  uint64_t total() const {
+    int32_t lh[S::W], lm[S::W], ll[S::W];
+    store(lh, h);
+    store(lm, m);
+    store(ll, l);
+    uint64_t t = 0;
+    for (int k = 0; k < S::W; ++k)
+      t += (uint64_t(uint32_t(lh[k])) << 40) + (uint64_t(uint32_t(lm[k])) << 20) + uint32_t(ll[k]);
+    return t;
+  }
+};
+
+// Where the level converts float64 to int64 in one instruction (AVX512DQ): float64(r) * 2^60
+// is exact and <= 2^60, so its truncation is trunc(r * 2^60) itself, summed in int64 lanes.
+// Fewer uops than the digits.
+template <class S>
+struct WeightSum<S, true> {
+  typename S::L a = S::zero_l();
+  void add(typename S::F r) {
+    const typename S::D s60 = S::splat_d(0x1p60);
+    a = a + trunc_l(widen_lo(r) * s60) + trunc_l(widen_hi(r) * s60);
+  }
+  uint64_t total() const { return hsum(a); }
+};
+
+// r = p > q ? p - max(q, 0) : 0 (HAS_Q) or r = p; trunc(r * 2^60) over [i, end) added to
+// sum; returns where the whole vectors stopped.  r outside [0, 1] sets `bad` (and counts 0).
+// Vectors of masked tokens (p == 0: top-k / top-p / min-p rows are mostly zeros) store r = 0
+// without reading q (a NaN p still takes the full path and its bad-row flag).
+// MIN (acceptance rates, with q): r = min(p, q > 0 ? q : 0) instead of the residual.
+// FROM_E: p is computed here from a transformed row (e, cut, sd: what materialize would
+// store, see RowP), so the drawn row is not stored as p first.  Such a p is in [0, 1] (e <= 1
+// and S' >= 2^40 + E of any other kept token), hence so is r: no check.
+struct FromE {
+  float cut = 0.0f;
+  DivScale ds{kEScale, kEScale};
+  bool sparse = true;  // the row has masked tokens: vectors of them skip the work
+};
+
+template <class S, bool HAS_Q, bool MIN = false, bool FROM_E = false>
+int64_t weight_lanes(const float* p, const float* q, float* r, int64_t i, int64_t end,
+                     uint64_t& sum, bool& bad, FromE fe = {}) {
+  using F = typename S::F;
+  const F one = S::splat(1.0f), zero = S::splat(0.0f);
+  const F vcut = S::splat(fe.cut);
+  const bool evaluate = !(fe.cut >= 0x1p-40f);  // see materialize_t
+  WeightSum<S> ws;
+  typename S::M vbad = lt(zero, zero);  // all false
+  for (; i + S::W <= end; i += S::W) {
+    F pv;
+    if (FROM_E) {
+      F ev = S::load(p + i);
+      const typename S::M skipped = lt(ev, zero);
+      if (any(skipped))
+        ev = keep(mnot(skipped), ev) + (evaluate ? keep(skipped, pexp_v<S>(ev)) : zero);
+      if (!fe.sparse) {  // every token kept (a zero e, d < -86, gives p = 0 anyway)
+        pv = div_flush(ev, fe.ds);
+      } else {
+        const typename S::M in = ge(ev, vcut);
+        if (!any(in & ne_u(ev, zero))) {
+          store(r + i, zero);
+          continue;
+        }
+        pv = keep(in, div_flush(ev, fe.ds));
+      }
+    } else {
+      pv = S::load(p + i);
+      if (!any(ne_u(pv, zero))) {
+        store(r + i, zero);
+        continue;
+      }
+    }
+    F rv = pv;
+    if (HAS_Q && MIN) {  // disjoint masks: one term is +0, the sum is exact
+      const F qv = S::load(q + i);
+      const F qq = keep(gt(qv, zero), qv);
+      rv = keep(le(pv, qq), pv) + keep(gt(pv, qq), qq);
+    } else if (HAS_Q) {
+      const F qv = S::load(q + i);
+      rv = keep(gt(pv, qv), pv - max(qv, zero));
+    }
+    store(r + i, rv);
+    if (FROM_E) {
+      ws.add(rv);
+    } else {
+      const typename S::M ok = ge(rv, zero) & le(rv, one);
+      vbad = vbad | mnot(ok);
+      ws.add(keep(ok, rv));
+    }
+  }
+  sum += ws.total();
+  bad = bad || any(vbad);
+  return i;
+}
+
+template <bool HAS_Q, bool FROM_E = false>
+uint64_t weights_t(const float* p, const float* q, float* r, int64_t V, uint64_t* bsum,
+                   bool* bad, FromE fe = {}) {
+  uint64_t total = 0;
+  bool b = false;
+  for (int64_t b0 = 0, k = 0; b0 < V; b0 += kDrawBlock, ++k) {
+    const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
+    uint64_t s = 0;
+    const int64_t i = weight_lanes<Native, HAS_Q, false, FROM_E>(p, q, r, b0, b1, s, b, fe);
+    if constexpr (Native::W > 1)
+      weight_lanes<Scalar, HAS_Q, false, FROM_E>(p, q, r, i, b1, s, b, fe);
+    bsum[k] = s;
+    total += s;
+  }
+  *bad = b;
+  return total;
+}
+
+// ------------------------------------------------------------------ block verification mass
+// block verification (reference section 9): D = trunc(d * 2^60), d = rho * p - max(q, 0)
+// where rho * p > q else 0, all in float64 (q == nullptr: q = 0).  rho * p <= 1, so
+// 0 <= d * 2^60 <= 2^60 (trunc_l's range).  The lanes of [i, end) (whole vectors of S) added
+// to s; returns where they stopped.
+template <class S>
+int64_t block_lanes(const float* p, const float* q, double rho, int64_t i, int64_t end,
+                    uint64_t& s) {
+  using D = typename S::D;
+  const D vrho = S::splat_d(rho), zero = S::splat_d(0.0), s60 = S::splat_d(0x1p60);
+  typename S::L acc = S::zero_l();
+  for (; i + S::WD <= end; i += S::WD) {
+    const D a = S::load_wide(p + i) * vrho;
+    const D b = q ? S::load_wide(q + i) : zero;
+    acc = acc + trunc_l(keep(gt(a, b), a - max(b, zero)) * s60);  // NaN: gt is false
+  }
+  s += hsum(acc);
+  return i;
+}
+
+// ------------------------------------------------------------------ tree residual update
+// One token of tree_update (passes.h): R' = max(trunc(d * 2^60), 0), d = R * ia - qn in float64
+// (-2^60 <= d * 2^60 <= 2^61: converts exactly); the lanes below follow the same rule.
+inline int64_t tree_weight(int64_t r, const int64_t* Qw, double ia, double iq, bool at_y) {
+  const double qn = Qw ? double(*Qw) * iq : (at_y ? 1.0 : 0.0);
+  const double d = double(r) * ia - qn;
+  const int64_t w = int64_t(d * 0x1p60);
+  return w > 0 ? w : 0;
+}
+
+// The tokens of [i, end) in whole vectors of S, with qn = Qw * iq (Qw null: qn = 0; the caller
+// redoes the point mass's token), added to s; returns where the vectors stopped.  R < 2^62 and
+// 0 <= max(d, 0) * 2^60 < 2^61 are the ranges of to_f64 and trunc_l.
+template <class S>
+int64_t tree_lanes(int64_t* R, const int64_t* Qw, double ia, double iq, int64_t i, int64_t end,
+                   uint64_t& s) {
+  using D = typename S::D;
+  const D via = S::splat_d(ia), viq = S::splat_d(iq);
+  const D zero = S::splat_d(0.0), s60 = S::splat_d(0x1p60);
+  typename S::L acc = S::zero_l();
+  for (; i + S::WD <= end; i += S::WD) {
+    const D rn = to_f64(S::load_l(R + i)) * via;
+    const D qn = Qw ? to_f64(S::load_l(Qw + i)) * viq : zero;
+    const typename S::L w = trunc_l(max(rn - qn, zero) * s60);
+    store(R + i, w);
+    acc = acc + w;
+  }
+  s += hsum(acc);
+  return i;
+}
+
+}  // namespace
+
+uint64_t row_weights(const float* e, float cut, double sd, bool sparse, const float* q, float* r,
+                     int64_t V, uint64_t* bsum, bool* bad) {
+  const FromE fe{cut, DivScale(kEScale, sd), sparse || cut > 0.0f};
+  return q ? weights_t<true, true>(e, q, r, V, bsum, bad, fe)
+           : weights_t<false, true>(e, nullptr, r, V, bsum, bad, fe);
+}
+
+// sum of trunc(min(p, q > 0 ? q : 0) * 2^60): beta of the acceptance rates (p, q valid rows)
+uint64_t min_mass(const float* p, const float* q, float* r, int64_t V) {
+  uint64_t total = 0;
+  bool b = false;
+  for (int64_t b0 = 0; b0 < V; b0 += kDrawBlock) {
+    const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
+    const int64_t i = weight_lanes<Native, true, true>(p, q, r, b0, b1, total, b);
+    if constexpr (Native::W > 1) weight_lanes<Scalar, true, true>(p, q, r, i, b1, total, b);
+  }
+  return total;
+}
+
+uint64_t weights(const float* p, const float* q, float* r, int64_t V, uint64_t* bsum,
+                 bool* bad) {
+  return q ? weights_t<true>(p, q, r, V, bsum, bad) : weights_t<false>(p, nullptr, r, V, bsum, bad);
+}
+
+uint64_t block_mass(const float* p, const float* q, double rho, int64_t V, uint64_t* bsum) {
+  uint64_t total = 0;
+  for (int64_t b0 = 0, k = 0; b0 < V; b0 += kDrawBlock, ++k) {
+    const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
+    uint64_t s = 0;
+    const int64_t i = block_lanes<Native>(p, q, rho, b0, b1, s);
+    if constexpr (Native::WD > 1) block_lanes<Scalar>(p, q, rho, i, b1, s);
+    if (bsum) bsum[k] = s;
+    total += s;
+  }
+  return total;
+}
+
+uint64_t tree_update(int64_t* R, const int64_t* Qw, double ia, double iq, int64_t y, int64_t V,
+                     uint64_t* bsum) {
+  uint64_t total = 0;
+  for (int64_t b0 = 0, k = 0; b0 < V; b0 += kDrawBlock, ++k) {
+    if (bsum[k] == 0) continue;
+    const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
+    const bool y_here = !Qw && y >= b0 && y < b1;
+    const int64_t r_y = y_here ? R[y] : 0;  // the point mass's token, before the lanes write it
+    uint64_t s = 0;
+    const int64_t i = tree_lanes<Native>(R, Qw, ia, iq, b0, b1, s);
+    if constexpr (Native::WD > 1) tree_lanes<Scalar>(R, Qw, ia, iq, i, b1, s);
+    if (y_here) {  // the lanes took q = 0 at y: the point mass's token redone
+      s -= uint64_t(R[y]);
+      R[y] = tree_weight(r_y, nullptr, ia, iq, true);
+      s += uint64_t(R[y]);
+    }
+    bsum[k] = s;
+    total += s;
+  }
+  return total;
+}
+
+}  // namespace SPECOPS_LEVEL
+}  // namespace specops
