@@ -74,19 +74,10 @@ def latency_case(reps):
     a = _args.prepare(target, ids, q, None, None, 0.8, 0, 1.0, 0.0, None, None, seed, offset,
                       None).to_op_tensors()
     custom = _custom_op_twin()
-    keep: list = []
-    cols = tuple(cpu_backend._col(getattr(a, f), torch.int64 if f in (
-        "target_row_start", "draft_row_start", "num_draft", "top_k", "seed", "offset")
-        else torch.float32, B, f, keep) for f in _C.REQUEST_FIELDS[:-1]) + (None,)
-    ids64 = cpu_backend._col(a.draft_ids, torch.int64, 0, "draft_ids", keep)
-    tmat, dmat = cpu_backend._mat(a.target), cpu_backend._mat(a.draft)
-    tok = torch.empty((B, K + 1), dtype=torch.int32)
-    nacc = torch.empty(B, dtype=torch.int32)
-    valid = torch.empty(B, dtype=torch.bool)
+    fields, keep, _ = cpu_backend._verify_fields(*a.op_args())  # keep: the fields' tensors
 
     def native():
-        _C.verify(tmat, False, dmat, True, ids64, a.draft_ids.numel(), cols, B, K,
-                  tok.data_ptr(), nacc.data_ptr(), valid.data_ptr())
+        _C.verify(fields)
 
     fns = {
         "verify_block (public call)": lambda: specops.verify_block(

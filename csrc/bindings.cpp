@@ -1,13 +1,17 @@
-// pybind11 bindings of the torch-free kernels.  Tensors arrive as small tuples of integers
-// (built by specops/backends/cpu.py, which keeps the tensors alive and does the torch side):
+// pybind11 bindings of the torch-free kernels.  A kernel entry (verify, verify_tree,
+// sampling_probs) takes one dict of named fields, built by specops/backends/cpu.py (which keeps
+// the tensors alive and does the torch side); a field that is missing, unknown or of the wrong
+// kind is a ValueError naming it.  Tensors arrive as small tuples of integers:
 //
 //   matrix view  (address, dtype code, rows, cols, row stride)  or None (absent)
 //   column view  (address, element stride, dtype code)          (stride 0: a broadcast value)
-//                or a Python int / float: one value for every request, stored in the call's
-//                own scalar slots (the per-call cost of a scalar is one conversion)
+//                or, for the per-request parameters, a Python int / float: one value for every
+//                request, stored in the call's own Scalars (the per-call cost of a scalar is
+//                one conversion)
+//   output       the address (int) of a tensor cpu.py allocated
 //
-// Every view is checked here, with the GIL held (errors are ValueError); the kernels then
-// run with the GIL released and bounds-check every row index they derive from the data.
+// Every field is checked here, with the GIL held; the kernels then run with the GIL released
+// and bounds-check every row index they derive from the data.
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 #include <pybind11/stl.h>
@@ -15,6 +19,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdint>
+#include <cstring>
 #include <iterator>
 #include <stdexcept>
 #include <string>
@@ -33,14 +38,77 @@ using specops::Mat;
 
 namespace {
 
+// The call convention below (fields by name); specops/backends/cpu.py refuses a module built
+// with another (an editable install whose C++ was not rebuilt).
+constexpr int kBindingVersion = 2;
+
 [[noreturn]] void fail(const std::string& msg) { throw std::invalid_argument("specops._C: " + msg); }
+
+// One field's value and name (for the error messages).
+struct Field {
+  py::handle value;
+  const char* name;
+};
+
+// The fields of one call: a dict read by name.  Each key is interned once (SPECOPS_FIELD), so
+// a lookup is one hash-table probe that compares pointers.
+class Fields {
+ public:
+  Fields(py::handle d, const char* call) : d_(d.ptr()), call_(call) {
+    if (!PyDict_Check(d_)) fail(call_ + ": expects a dict of named fields");
+  }
+  Field get(PyObject* key, const char* name) {
+    PyObject* v = PyDict_GetItemWithError(d_, key);  // borrowed
+    if (!v) {
+      if (PyErr_Occurred()) throw py::error_already_set();
+      fail(call_ + ": missing field '" + name + "'");
+    }
+    if (n_read_ < kMaxFields) read_[n_read_] = name;
+    ++n_read_;
+    return {v, name};
+  }
+  // After the last get: every field given was read (none misspelt or unknown).
+  void no_other_fields() const {
+    if (PyDict_GET_SIZE(d_) == Py_ssize_t(n_read_)) return;
+    std::string unknown;
+    PyObject *key, *value;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(d_, &pos, &key, &value)) {
+      const char* k = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : nullptr;
+      if (!k) {
+        PyErr_Clear();
+        k = "(not a str)";
+      }
+      if (std::none_of(read_, read_ + std::min(n_read_, kMaxFields),
+                       [k](const char* r) { return std::strcmp(r, k) == 0; }))
+        unknown += (unknown.empty() ? "'" : ", '") + std::string(k) + "'";
+    }
+    fail(call_ + ": unknown field " + unknown);
+  }
+
+ private:
+  static constexpr size_t kMaxFields = 32;
+  PyObject* d_;
+  std::string call_;
+  const char* read_[kMaxFields];
+  size_t n_read_ = 0;
+};
+
+// The field `name` of `fields` (the key interned at its first use).
+#define SPECOPS_FIELD(fields, name)                                          \
+  (fields).get(                                                              \
+      [] {                                                                   \
+        static PyObject* const key = PyUnicode_InternFromString(#name);      \
+        return key;                                                          \
+      }(),                                                                   \
+      #name)
 
 // The integers of a tuple of exactly n Python ints.
 template <size_t n>
-std::array<long long, n> ints(py::handle t, const char* what) {
-  PyObject* o = t.ptr();
+std::array<long long, n> ints(Field f) {
+  PyObject* o = f.value.ptr();
   if (!PyTuple_Check(o) || PyTuple_GET_SIZE(o) != Py_ssize_t(n))
-    fail(std::string(what) + " must be a tuple of " + std::to_string(n) + " ints");
+    fail(std::string(f.name) + " must be a tuple of " + std::to_string(n) + " ints");
   std::array<long long, n> v{};
   for (size_t i = 0; i < n; ++i) {
     PyObject* x = PyTuple_GET_ITEM(o, Py_ssize_t(i));
@@ -48,20 +116,57 @@ std::array<long long, n> ints(py::handle t, const char* what) {
     v[i] = i == 0 ? (long long)PyLong_AsUnsignedLongLong(x) : PyLong_AsLongLong(x);
     if (PyErr_Occurred()) {
       PyErr_Clear();
-      fail(std::string(what) + ": item " + std::to_string(i) + " is not a 64-bit int");
+      fail(std::string(f.name) + ": item " + std::to_string(i) + " is not a 64-bit int");
     }
   }
   return v;
 }
 
-Mat matrix(py::handle t, const char* what, bool probs) {
+// A Python int (not a bool) that fits int64.
+int64_t integer(Field f) {
+  PyObject* o = f.value.ptr();
+  if (!PyLong_Check(o) || PyBool_Check(o)) fail(std::string(f.name) + " must be an int");
+  const long long v = PyLong_AsLongLong(o);
+  if (PyErr_Occurred()) {
+    PyErr_Clear();
+    fail(std::string(f.name) + ": the value does not fit int64");
+  }
+  return v;
+}
+
+int64_t count(Field f) {
+  const int64_t v = integer(f);
+  if (v < 0) fail(std::string(f.name) + " must be >= 0, got " + std::to_string(v));
+  return v;
+}
+
+bool flag(Field f) {
+  if (!PyBool_Check(f.value.ptr())) fail(std::string(f.name) + " must be a bool");
+  return f.value.ptr() == Py_True;
+}
+
+// An output's address (0 only where `optional` or nothing is written).
+template <class T>
+T* address(Field f, int64_t n, bool optional = false) {
+  PyObject* o = f.value.ptr();
+  const unsigned long long a = PyLong_Check(o) ? PyLong_AsUnsignedLongLong(o) : 0;
+  if (!PyLong_Check(o) || PyErr_Occurred()) {
+    PyErr_Clear();
+    fail(std::string(f.name) + " must be an address (an int)");
+  }
+  if (!a && n > 0 && !optional) fail(std::string(f.name) + ": null address");
+  return reinterpret_cast<T*>(uintptr_t(a));
+}
+
+Mat matrix(Field f, bool probs) {
   Mat m;
-  if (t.is_none()) return m;
-  const auto v = ints<5>(t, what);
-  if (v[1] < specops::kF32 || v[1] > specops::kF16) fail(std::string(what) + ": bad dtype code");
-  if (probs && v[1] != specops::kF32) fail(std::string(what) + ": probabilities must be float32");
-  if (v[2] < 0 || v[3] < 0) fail(std::string(what) + ": negative size");
-  if (v[3] > specops::MAX_VOCAB) fail(std::string(what) + ": V exceeds MAX_VOCAB = 2**22");
+  if (f.value.is_none()) return m;
+  const std::string what = f.name;
+  const auto v = ints<5>(f);
+  if (v[1] < specops::kF32 || v[1] > specops::kF16) fail(what + ": bad dtype code");
+  if (probs && v[1] != specops::kF32) fail(what + ": probabilities must be float32");
+  if (v[2] < 0 || v[3] < 0) fail(what + ": negative size");
+  if (v[3] > specops::MAX_VOCAB) fail(what + ": V exceeds MAX_VOCAB = 2**22");
   m.ptr = reinterpret_cast<const void*>(uintptr_t(v[0]));
   m.dtype = int(v[1]);
   m.rows = m.ptr ? v[2] : 0;
@@ -70,86 +175,71 @@ Mat matrix(py::handle t, const char* what, bool probs) {
   return m;
 }
 
-// A Python number for a column: stored in `slot` (alive for the call), read with stride 0.
-bool scalar_slot(py::handle t, const char* what, int64_t* slot) {
-  PyObject* o = t.ptr();
-  if (!PyLong_Check(o) || PyBool_Check(o)) return false;
-  *slot = PyLong_AsLongLong(o);
-  if (PyErr_Occurred()) {
-    PyErr_Clear();
-    fail(std::string(what) + ": the value does not fit int64");
-  }
-  return true;
-}
-
-IntCol int_column(py::handle t, const char* what, int64_t n, int64_t* slot = nullptr) {
+// A column of n values: a column view, None (absent) or, with a `slot`, a Python int stored
+// there and read with stride 0.
+IntCol int_column(Field f, int64_t n, int64_t* slot = nullptr) {
   IntCol c;
-  if (t.is_none()) return c;
-  if (slot && scalar_slot(t, what, slot)) {
+  if (f.value.is_none()) return c;
+  PyObject* o = f.value.ptr();
+  if (slot && PyLong_Check(o) && !PyBool_Check(o)) {
+    *slot = integer(f);
     c.ptr = slot;
     c.stride = 0;
     return c;
   }
-  const auto v = ints<3>(t, what);
-  if (v[2] != specops::kI32 && v[2] != specops::kI64) fail(std::string(what) + ": must be int32 or int64");
-  if (!v[0] && n > 0) fail(std::string(what) + ": null address");
+  const auto v = ints<3>(f);
+  if (v[2] != specops::kI32 && v[2] != specops::kI64)
+    fail(std::string(f.name) + ": must be int32 or int64");
+  if (!v[0] && n > 0) fail(std::string(f.name) + ": null address");
   c.ptr = reinterpret_cast<const void*>(uintptr_t(v[0]));
   c.stride = v[1];
   c.is_i32 = v[2] == specops::kI32;
   return c;
 }
 
-FloatCol float_column(py::handle t, const char* what, int64_t n, float* slot = nullptr) {
-  if (slot && PyFloat_Check(t.ptr())) {  // the caller rounded it to float32 already
-    *slot = float(PyFloat_AS_DOUBLE(t.ptr()));
-    FloatCol c;
+// The same for float32 columns (a Python float: the caller rounded it to float32 already).
+FloatCol float_column(Field f, int64_t n, float* slot = nullptr) {
+  FloatCol c;
+  if (slot && PyFloat_Check(f.value.ptr())) {
+    *slot = float(PyFloat_AS_DOUBLE(f.value.ptr()));
     c.ptr = slot;
     c.stride = 0;
     return c;
   }
-  const auto v = ints<3>(t, what);
-  if (v[2] != specops::kF32) fail(std::string(what) + ": must be float32");
-  if (!v[0] && n > 0) fail(std::string(what) + ": null address");
-  FloatCol c;
+  const auto v = ints<3>(f);
+  if (v[2] != specops::kF32) fail(std::string(f.name) + ": must be float32");
+  if (!v[0] && n > 0) fail(std::string(f.name) + ": null address");
   c.ptr = reinterpret_cast<const float*>(uintptr_t(v[0]));
   c.stride = v[1];
   return c;
 }
 
-// The per-request (or per-row) columns, in this order.
-constexpr const char* kRequestFields[] = {
-    "target_row_start", "draft_row_start", "num_draft", "inv_temp", "top_k", "top_p",
-    "min_p",            "seed",            "offset",    "forced_num_accepted"};
-constexpr const char* kRowFields[] = {"inv_temp", "top_k", "top_p", "min_p"};
-// The per-request parameter columns of verify_tree, in this order.
-constexpr const char* kTreeFields[] = {"inv_temp", "top_k", "top_p", "min_p", "seed", "offset"};
-
-py::handle item(py::tuple t, size_t i) { return PyTuple_GET_ITEM(t.ptr(), Py_ssize_t(i)); }
-
-void check_len(py::tuple t, size_t n, const char* what) {
-  if (t.size() != n) fail(std::string(what) + " must be a tuple of " + std::to_string(n) + " columns");
+// A column every one of n > 0 requests needs.
+IntCol required(IntCol c, const char* name, int64_t n) {
+  if (n > 0 && !c.ptr) fail(std::string(name) + ": missing (None)");
+  return c;
 }
 
-// Storage for the columns given as Python numbers, alive for one call.
+// The per-request parameters given as Python numbers: stored here for the call (the columns
+// point into it with stride 0).
 struct Scalars {
-  int64_t i[std::size(kRequestFields)] = {};
-  float f[std::size(kRowFields)] = {};
+  float inv_temp = 0.0f;
+  float top_p = 0.0f;
+  float min_p = 0.0f;
+  int64_t top_k = 0;
+  int64_t seed = 0;
+  int64_t offset = 0;
+  int64_t num_nodes = 0;
 };
 
-specops::TransformParams transform_params(py::tuple cols, size_t at, int64_t n, Scalars& s) {
+// The transform's parameters of n requests (or rows).
+specops::TransformParams transform_params(Fields& f, int64_t n, Scalars& s) {
   specops::TransformParams p;
-  p.inv_temp = float_column(item(cols, at), "inv_temp", n, &s.f[0]);
-  p.top_k = int_column(item(cols, at + 1), "top_k", n, &s.i[at + 1]);
-  p.top_p = float_column(item(cols, at + 2), "top_p", n, &s.f[2]);
-  p.min_p = float_column(item(cols, at + 3), "min_p", n, &s.f[3]);
-  if (n > 0 && !p.top_k.ptr) fail("top_k: missing");
+  p.inv_temp = float_column(SPECOPS_FIELD(f, inv_temp), n, &s.inv_temp);
+  p.top_k = required(int_column(SPECOPS_FIELD(f, top_k), n, &s.top_k), "top_k", n);
+  p.top_p = float_column(SPECOPS_FIELD(f, top_p), n, &s.top_p);
+  p.min_p = float_column(SPECOPS_FIELD(f, min_p), n, &s.min_p);
   return p;
-}
-
-template <class T>
-T* out_ptr(uintptr_t a, int64_t n, const char* what) {
-  if (!a && n > 0) fail(std::string(what) + ": null address");
-  return reinterpret_cast<T*>(a);
 }
 
 py::dict constants() {
@@ -184,135 +274,118 @@ py::dict constants() {
 
 PYBIND11_MODULE(_C, m) {
   m.doc() = "specops CPU kernels (torch-free C++; see specops/reference.py for the spec)";
-
-  py::tuple fields(std::size(kRequestFields));
-  for (size_t i = 0; i < std::size(kRequestFields); ++i) fields[i] = kRequestFields[i];
-  m.attr("REQUEST_FIELDS") = fields;
-  py::tuple row_fields(std::size(kRowFields));
-  for (size_t i = 0; i < std::size(kRowFields); ++i) row_fields[i] = kRowFields[i];
-  m.attr("ROW_FIELDS") = row_fields;
-  py::tuple tree_fields(std::size(kTreeFields));
-  for (size_t i = 0; i < std::size(kTreeFields); ++i) tree_fields[i] = kTreeFields[i];
-  m.attr("TREE_FIELDS") = tree_fields;
+  m.attr("BINDING_VERSION") = kBindingVersion;
 
   m.def(
       "verify",
-      [](py::handle target, bool target_is_probs, py::handle draft, bool draft_is_probs,
-         py::handle draft_ids, int64_t num_ids, py::tuple requests, int64_t B, int64_t max_k,
-         uintptr_t out_tokens, uintptr_t out_num_accepted, uintptr_t out_valid, bool block,
-         uintptr_t out_rates) {
+      [](py::handle fields) {
         specops::check_isa_env();
-        if (B < 0 || max_k < 0 || num_ids < 0) fail("verify: B, max_k, num_ids must be >= 0");
-        check_len(requests, std::size(kRequestFields), "verify: requests");
+        Fields f(fields, "verify");
         specops::VerifyArgs a;
         Scalars sc;
-        a.target = matrix(target, "target", target_is_probs);
-        a.target_is_probs = target_is_probs;
-        a.draft = matrix(draft, "draft", draft_is_probs);
-        a.draft_is_probs = draft_is_probs;
-        a.draft_ids = int_column(draft_ids, "draft_ids", num_ids);
+        a.B = count(SPECOPS_FIELD(f, B));
+        a.max_k = count(SPECOPS_FIELD(f, max_k));
+        const int64_t B = a.B;
+        a.target_is_probs = flag(SPECOPS_FIELD(f, target_is_probs));
+        a.target = matrix(SPECOPS_FIELD(f, target), a.target_is_probs);
+        a.draft_is_probs = flag(SPECOPS_FIELD(f, draft_is_probs));
+        a.draft = matrix(SPECOPS_FIELD(f, draft), a.draft_is_probs);
+        const int64_t num_ids = count(SPECOPS_FIELD(f, num_ids));
+        a.draft_ids = int_column(SPECOPS_FIELD(f, draft_ids), num_ids);
         a.num_ids = a.draft_ids.ptr ? num_ids : 0;
-        a.target_row_start = int_column(item(requests, 0), kRequestFields[0], B);
-        a.draft_row_start = int_column(item(requests, 1), kRequestFields[1], B);
-        a.num_draft = int_column(item(requests, 2), kRequestFields[2], B);
-        a.params = transform_params(requests, 3, B, sc);
-        a.seed = int_column(item(requests, 7), kRequestFields[7], B, &sc.i[7]);
-        a.offset = int_column(item(requests, 8), kRequestFields[8], B, &sc.i[8]);
-        a.forced_num_accepted = int_column(item(requests, 9), kRequestFields[9], B);
-        if (B > 0 && (!a.target_row_start.ptr || !a.draft_row_start.ptr || !a.num_draft.ptr ||
-                      !a.seed.ptr || !a.offset.ptr))
-          fail("verify: a per-request column is missing");
-        a.B = B;
-        a.max_k = max_k;
-        a.out_tokens = out_ptr<int32_t>(out_tokens, B, "out_tokens");
-        a.out_num_accepted = out_ptr<int32_t>(out_num_accepted, B, "out_num_accepted");
-        a.out_valid = out_ptr<uint8_t>(out_valid, B, "out_valid");
-        a.block = block;
-        if (block && a.forced_num_accepted.ptr) fail("verify: the forced mode is token-wise only");
-        a.out_rates = out_rates ? out_ptr<float>(out_rates, B * max_k, "out_rates") : nullptr;
+        a.target_row_start =
+            required(int_column(SPECOPS_FIELD(f, target_row_start), B), "target_row_start", B);
+        a.draft_row_start =
+            required(int_column(SPECOPS_FIELD(f, draft_row_start), B), "draft_row_start", B);
+        a.num_draft = required(int_column(SPECOPS_FIELD(f, num_draft), B), "num_draft", B);
+        a.params = transform_params(f, B, sc);
+        a.seed = required(int_column(SPECOPS_FIELD(f, seed), B, &sc.seed), "seed", B);
+        a.offset = required(int_column(SPECOPS_FIELD(f, offset), B, &sc.offset), "offset", B);
+        a.forced_num_accepted = int_column(SPECOPS_FIELD(f, forced_num_accepted), B);
+        a.block = flag(SPECOPS_FIELD(f, block));
+        if (a.block && a.forced_num_accepted.ptr) fail("verify: the forced mode is token-wise only");
+        a.out_tokens = address<int32_t>(SPECOPS_FIELD(f, out_tokens), B);
+        a.out_num_accepted = address<int32_t>(SPECOPS_FIELD(f, out_num_accepted), B);
+        a.out_valid = address<uint8_t>(SPECOPS_FIELD(f, out_valid), B);
+        a.out_rates = address<float>(SPECOPS_FIELD(f, out_rates), B * a.max_k, true);
+        f.no_other_fields();
         py::gil_scoped_release nogil;
         specops::verify(a);
       },
-      py::arg("target"), py::arg("target_is_probs"), py::arg("draft"), py::arg("draft_is_probs"),
-      py::arg("draft_ids"), py::arg("num_ids"), py::arg("requests"), py::arg("B"),
-      py::arg("max_k"), py::arg("out_tokens"), py::arg("out_num_accepted"),
-      py::arg("out_valid"), py::arg("block") = false, py::arg("out_rates") = uintptr_t(0),
-      "The fused verify walk (reference.verify_rows_ref).  target / draft: matrix views; "
-      "draft_ids: a column view; requests: one column view per name in REQUEST_FIELDS "
-      "(forced_num_accepted may be None; inv_temp, top_k, top_p, min_p, seed and offset may "
-      "be a Python float / int shared by every request); outputs: addresses of token_ids [B, max_k + 1] "
-      "int32, num_accepted [B] int32, valid [B] bool; block: block verification (section 9); "
-      "out_rates: address of accept_rates [B, max_k] float32 (section 10) or 0.");
+      py::arg("fields"),
+      "The fused verify walk (reference.verify_rows_ref).  fields, by name: target, draft "
+      "(matrix views; draft None: point-mass drafts), target_is_probs, draft_is_probs (bool); "
+      "draft_ids (column view) and num_ids; per request: target_row_start, draft_row_start, "
+      "num_draft, inv_temp, top_k, top_p, min_p, seed, offset (column views; the last six may "
+      "be a Python float / int shared by every request), forced_num_accepted (column view or "
+      "None); B, max_k; block (bool: block verification, section 9); outputs (addresses): "
+      "out_tokens [B, max_k + 1] int32, out_num_accepted [B] int32, out_valid [B] bool, "
+      "out_rates [B, max_k] float32 (section 10) or 0.");
 
   m.def(
       "verify_tree",
-      [](py::handle target, bool target_is_probs, py::handle draft, bool draft_is_probs,
-         py::handle node_ids, py::handle parents, py::handle num_nodes, py::tuple requests,
-         int64_t B, int64_t N, int64_t max_depth, bool mss, uintptr_t out_tokens,
-         uintptr_t out_num_accepted, uintptr_t out_nodes, uintptr_t out_valid) {
+      [](py::handle fields) {
         specops::check_isa_env();
-        if (B < 0 || N < 0 || max_depth < 0) fail("verify_tree: B, N, max_depth must be >= 0");
-        check_len(requests, std::size(kTreeFields), "verify_tree: requests");
+        Fields f(fields, "verify_tree");
         specops::TreeArgs a;
         Scalars sc;
-        a.target = matrix(target, "target", target_is_probs);
-        a.target_is_probs = target_is_probs;
-        a.draft = matrix(draft, "draft", draft_is_probs);
-        a.draft_is_probs = draft_is_probs;
+        a.B = count(SPECOPS_FIELD(f, B));
+        a.N = count(SPECOPS_FIELD(f, N));
+        a.max_depth = count(SPECOPS_FIELD(f, max_depth));
+        const int64_t B = a.B, BN = a.B * a.N;
+        a.target_is_probs = flag(SPECOPS_FIELD(f, target_is_probs));
+        a.target = matrix(SPECOPS_FIELD(f, target), a.target_is_probs);
+        a.draft_is_probs = flag(SPECOPS_FIELD(f, draft_is_probs));
+        a.draft = matrix(SPECOPS_FIELD(f, draft), a.draft_is_probs);
         // node n of request b is row b * N + n: the kernel indexes the matrices by that alone
-        if (B * N > 0 && (!a.target.ptr || a.target.rows != B * N))
+        if (BN > 0 && (!a.target.ptr || a.target.rows != BN))
           fail("verify_tree: target must have B * N rows");
-        if (a.draft.ptr && (a.draft.rows != B * N || a.draft.cols != a.target.cols))
+        if (a.draft.ptr && (a.draft.rows != BN || a.draft.cols != a.target.cols))
           fail("verify_tree: draft must have the target's shape [B * N, V]");
-        a.node_ids = int_column(node_ids, "node_ids", B * N);
-        a.parents = int_column(parents, "parents", B * N);
-        a.num_nodes = int_column(num_nodes, "num_nodes", B, &sc.i[6]);  // a slot no field uses
-        a.params = transform_params(requests, 0, B, sc);
-        a.seed = int_column(item(requests, 4), kTreeFields[4], B, &sc.i[4]);
-        a.offset = int_column(item(requests, 5), kTreeFields[5], B, &sc.i[5]);
-        if (B > 0 && (!a.num_nodes.ptr || !a.seed.ptr || !a.offset.ptr))
-          fail("verify_tree: a per-request column is missing");
-        if (B * N > 0 && (!a.node_ids.ptr || !a.parents.ptr))
-          fail("verify_tree: node_ids and parents are required");
-        a.rsd = !mss;
-        a.B = B;
-        a.N = N;
-        a.max_depth = max_depth;
-        a.out_tokens = out_ptr<int32_t>(out_tokens, B, "out_tokens");
-        a.out_num_accepted = out_ptr<int32_t>(out_num_accepted, B, "out_num_accepted");
-        a.out_nodes = out_ptr<int32_t>(out_nodes, B * max_depth, "out_nodes");
-        a.out_valid = out_ptr<uint8_t>(out_valid, B, "out_valid");
+        a.node_ids = required(int_column(SPECOPS_FIELD(f, node_ids), BN), "node_ids", BN);
+        a.parents = required(int_column(SPECOPS_FIELD(f, parents), BN), "parents", BN);
+        a.num_nodes =
+            required(int_column(SPECOPS_FIELD(f, num_nodes), B, &sc.num_nodes), "num_nodes", B);
+        a.params = transform_params(f, B, sc);
+        a.seed = required(int_column(SPECOPS_FIELD(f, seed), B, &sc.seed), "seed", B);
+        a.offset = required(int_column(SPECOPS_FIELD(f, offset), B, &sc.offset), "offset", B);
+        a.rsd = !flag(SPECOPS_FIELD(f, mss));
+        a.out_tokens = address<int32_t>(SPECOPS_FIELD(f, out_tokens), B);
+        a.out_num_accepted = address<int32_t>(SPECOPS_FIELD(f, out_num_accepted), B);
+        a.out_nodes = address<int32_t>(SPECOPS_FIELD(f, out_nodes), B * a.max_depth);
+        a.out_valid = address<uint8_t>(SPECOPS_FIELD(f, out_valid), B);
+        f.no_other_fields();
         py::gil_scoped_release nogil;
         specops::verify_tree(a);
       },
-      py::arg("target"), py::arg("target_is_probs"), py::arg("draft"), py::arg("draft_is_probs"),
-      py::arg("node_ids"), py::arg("parents"), py::arg("num_nodes"), py::arg("requests"),
-      py::arg("B"), py::arg("N"), py::arg("max_depth"), py::arg("mss"), py::arg("out_tokens"),
-      py::arg("out_num_accepted"), py::arg("out_nodes"), py::arg("out_valid"),
-      "Tree verification (reference.verify_tree_ref, section 11).  target / draft: matrix "
-      "views [B * N, V] (draft None: point-mass drafts); node_ids, parents: column views of "
-      "B * N entries (node n of request b at b * N + n); num_nodes: a column view [B]; "
-      "requests: one column view per name in TREE_FIELDS (each may be a Python number shared "
-      "by every request); mss: method 'mss' (else 'rsd'); outputs: addresses of token_ids "
-      "[B, max_depth + 1] int32, num_accepted [B] int32, accepted_nodes [B, max_depth] int32, "
-      "valid [B] bool.");
+      py::arg("fields"),
+      "Tree verification (reference.verify_tree_ref, section 11).  fields, by name: target, "
+      "draft (matrix views [B * N, V]; draft None: point-mass drafts), target_is_probs, "
+      "draft_is_probs (bool); node_ids, parents (column views of B * N entries, node n of "
+      "request b at b * N + n); per request: num_nodes, inv_temp, top_k, top_p, min_p, seed, "
+      "offset (column views, or a Python number shared by every request); B, N, max_depth; "
+      "mss (bool: method 'mss', else 'rsd'); outputs (addresses): out_tokens "
+      "[B, max_depth + 1] int32, out_num_accepted [B] int32, out_nodes [B, max_depth] int32, "
+      "out_valid [B] bool.");
 
   m.def(
       "sampling_probs",
-      [](py::handle logits, py::tuple rows, uintptr_t out_probs, uintptr_t out_valid) {
+      [](py::handle fields) {
         specops::check_isa_env();
-        check_len(rows, std::size(kRowFields), "sampling_probs: rows");
-        const Mat lg = matrix(logits, "logits", false);
+        Fields f(fields, "sampling_probs");
         Scalars sc;
-        const specops::TransformParams p = transform_params(rows, 0, lg.rows, sc);
-        float* probs = out_ptr<float>(out_probs, lg.rows * lg.cols, "out_probs");
-        uint8_t* valid = out_ptr<uint8_t>(out_valid, lg.rows, "out_valid");
+        const Mat lg = matrix(SPECOPS_FIELD(f, logits), false);
+        const specops::TransformParams p = transform_params(f, lg.rows, sc);
+        float* probs = address<float>(SPECOPS_FIELD(f, out_probs), lg.rows * lg.cols);
+        uint8_t* valid = address<uint8_t>(SPECOPS_FIELD(f, out_valid), lg.rows);
+        f.no_other_fields();
         py::gil_scoped_release nogil;
         specops::sampling_probs(lg, p, probs, valid);
       },
-      py::arg("logits"), py::arg("rows"), py::arg("out_probs"), py::arg("out_valid"),
-      "logits matrix view [N, V] + one column view per name in ROW_FIELDS -> probabilities "
-      "into out_probs [N, V] float32 (contiguous) and validity into out_valid [N] bool.");
+      py::arg("fields"),
+      "fields, by name: logits (matrix view [N, V]); inv_temp, top_k, top_p, min_p (column "
+      "views of N rows, or a Python number shared by every row); outputs (addresses): "
+      "out_probs [N, V] float32 (contiguous), out_valid [N] bool.");
 
   m.def(
       "philox",
@@ -374,6 +447,55 @@ PYBIND11_MODULE(_C, m) {
       py::arg("e"), py::arg("cut"), py::arg("sd"),
       "The transform's probability pass (tests): e >= cut ? flush(float32(float64(e) * 2^40 / "
       "sd)) : 0, at the active ISA level (a negative e stands for pexp(e), as in a row)");
+
+  m.def(
+      "tree_update",
+      [](py::array_t<int64_t, py::array::c_style | py::array::forcecast> R, py::object Qw,
+         double ia, double iq, int64_t y) {
+        specops::check_isa_env();
+        const int64_t V = int64_t(R.size());
+        py::array_t<int64_t> out(V);
+        int64_t* r = out.mutable_data();
+        std::copy(R.data(), R.data() + V, r);
+        py::array_t<int64_t, py::array::c_style | py::array::forcecast> q;
+        if (!Qw.is_none()) {
+          q = Qw.cast<decltype(q)>();
+          if (int64_t(q.size()) != V) fail("tree_update: Qw must have R's size");
+        }
+        // block sums of R (the kernel's invariant: a block with sum 0 is all 0, and skipped)
+        py::array_t<uint64_t> bsum((V + specops::kDrawBlock - 1) / specops::kDrawBlock);
+        uint64_t* bs = bsum.mutable_data();
+        for (int64_t i = 0; i < bsum.size(); ++i) bs[i] = 0;
+        for (int64_t i = 0; i < V; ++i) bs[i / specops::kDrawBlock] += uint64_t(r[i]);
+        const uint64_t total =
+            specops::passes().tree_update(r, Qw.is_none() ? nullptr : q.data(), ia, iq, y, V, bs);
+        return py::make_tuple(out, bsum, total);
+      },
+      py::arg("R"), py::arg("Qw"), py::arg("ia"), py::arg("iq"), py::arg("y"),
+      "The tree residual's update pass (tests), at the active ISA level: R' = max(trunc((R ia - "
+      "(Qw iq, or 1 at y and 0 elsewhere when Qw is None)) 2^60), 0) in float64 (0 <= R < 2^61) "
+      "-> (R', its block sums per kDrawBlock tokens, their total).");
+
+  m.def(
+      "block_mass",
+      [](py::array_t<float, py::array::c_style | py::array::forcecast> p, py::object q,
+         double rho) {
+        specops::check_isa_env();
+        const int64_t V = int64_t(p.size());
+        py::array_t<float, py::array::c_style | py::array::forcecast> qa;
+        if (!q.is_none()) {
+          qa = q.cast<decltype(qa)>();
+          if (int64_t(qa.size()) != V) fail("block_mass: q must have p's size");
+        }
+        py::array_t<uint64_t> bsum((V + specops::kDrawBlock - 1) / specops::kDrawBlock);
+        const uint64_t total = specops::passes().block_mass(
+            p.data(), q.is_none() ? nullptr : qa.data(), rho, V, bsum.mutable_data());
+        return py::make_tuple(bsum, total);
+      },
+      py::arg("p"), py::arg("q"), py::arg("rho"),
+      "Block verification's residual mass (tests), at the active ISA level: the sums per "
+      "kDrawBlock tokens of trunc(d 2^60), d = rho p - max(q, 0) where rho p > q else 0 in "
+      "float64 (q None: 0), and their total.");
 
   m.def("isa", &specops::isa,
         "The active ISA level: 'scalar', 'sse2', 'avx2' or 'avx512'.  Raises ValueError when "

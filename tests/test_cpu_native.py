@@ -7,6 +7,7 @@ The agreement tests run at every ISA level of the native passes this CPU support
 subprocess.
 """
 import os
+import re
 import subprocess
 import sys
 import zlib
@@ -396,6 +397,29 @@ def test_verify_strided_target_and_batch_invariance(isa):
     assert torch.equal(tok[0], full[0][2]) and int(nacc[0]) == int(full[1][2])
 
 
+def test_block_mass_pass_bitwise(isa):
+    """Block verification's float64 residual mass (a per-ISA pass over VecD lanes, section 9)
+    equals numpy's float64 arithmetic: trunc(d 2^60) with d = rho p - max(q, 0) where
+    rho p > q, per kDrawBlock block; q with negatives and NaN, q absent, a ragged tail."""
+    rng = np.random.default_rng(seed_of("block_mass", isa))
+    V = 2 * 1024 + 37
+    p = rng.dirichlet(np.full(V, 0.05)).astype(np.float32)
+    p[rng.integers(0, V, 100)] = 0.0
+    q = rng.dirichlet(np.full(V, 0.05)).astype(np.float32)
+    q[rng.integers(0, V, 50)] = -0.25
+    q[rng.integers(0, V, 5)] = np.nan
+    for qq in (q, None):
+        for rho in (1.0, 0.7390851332151607, 2.0 ** -20):
+            a = rho * p.astype(np.float64)
+            b = np.zeros(V) if qq is None else qq.astype(np.float64)
+            with np.errstate(invalid="ignore"):
+                d = np.where(a > b, a - np.where(b > 0, b, 0.0), 0.0)
+            w = np.trunc(d * 2.0 ** 60).astype(np.int64)
+            want = [int(w[k:k + 1024].sum()) for k in range(0, V, 1024)]
+            sums, total = _C.block_mass(p, qq, rho)
+            assert [int(x) for x in sums] == want and total == sum(want), (isa, rho)
+
+
 # ----------------------------------------------------------------------------- forced mode
 def _reference_forced(args, forced):
     """The reference's forced mode (specops.reference, section 7)."""
@@ -464,8 +488,9 @@ def test_per_request_columns_read_with_their_strides(isa):
         assert torch.equal(x, y)
 
 
-def test_bad_views_are_value_errors():
-    """The binding checks every view before the kernels run."""
+def test_bad_fields_are_value_errors():
+    """The binding reads every field by name and checks it before the kernels run: a missing,
+    unknown or malformed field is a ValueError naming it."""
     e = torch.zeros(1, dtype=torch.int64)
     col = (e.data_ptr(), 1, 4)
     fcol = (torch.ones(1).data_ptr(), 1, 0)
@@ -473,22 +498,45 @@ def test_bad_views_are_value_errors():
     mat = (t.data_ptr(), 0, 2, 5, 5)
     out = torch.zeros(8, dtype=torch.int32)
     good = dict(target=mat, target_is_probs=False, draft=None, draft_is_probs=False,
-                draft_ids=col, num_ids=1,
-                requests=(col, col, col, fcol, col, fcol, fcol, col, col, None), B=1, max_k=1,
+                draft_ids=col, num_ids=1, target_row_start=col, draft_row_start=col,
+                num_draft=col, inv_temp=fcol, top_k=col, top_p=fcol, min_p=fcol, seed=col,
+                offset=col, forced_num_accepted=None, B=1, max_k=1, block=False,
                 out_tokens=out.data_ptr(), out_num_accepted=out.data_ptr() + 8,
-                out_valid=out.data_ptr() + 12)
-    _C.verify(**good)
-    for key, bad in (("target", (t.data_ptr(), 7, 2, 5, 5)),          # dtype code
-                     ("target", (t.data_ptr(), 0, 2, 1 << 23, 5)),     # V > MAX_VOCAB
-                     ("requests", (col,) * 10),                         # inv_temp as int64
-                     ("requests", (col, col, col, fcol, fcol, fcol, fcol, col, col, None)),
-                     ("requests", (col,) * 3),                          # too few columns
-                     ("draft_ids", (0, 1, 4)),                          # null address
-                     ("B", -1)):
-        with pytest.raises(ValueError):
-            _C.verify(**{**good, key: bad})
-    with pytest.raises(ValueError):
-        _C.verify(**{**good, "target_is_probs": True, "target": (t.data_ptr(), 1, 2, 5, 5)})
+                out_valid=out.data_ptr() + 12, out_rates=0)
+    _C.verify(good)
+    for key, bad, says in (
+            ("target", (t.data_ptr(), 7, 2, 5, 5), "target: bad dtype code"),
+            ("target", (t.data_ptr(), 0, 2, 1 << 23, 5), "target: V exceeds MAX_VOCAB"),
+            ("inv_temp", col, "inv_temp: must be float32"),
+            ("top_p", (1, 2), "top_p must be a tuple of 3 ints"),
+            ("top_k", None, "top_k: missing"),
+            ("draft_ids", (0, 1, 4), "draft_ids: null address"),
+            ("out_valid", 0, "out_valid: null address"),
+            ("block", 1, "block must be a bool"),
+            ("B", -1, "B must be >= 0")):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            _C.verify({**good, key: bad})
+    with pytest.raises(ValueError, match="probabilities must be float32"):
+        _C.verify({**good, "target_is_probs": True, "target": (t.data_ptr(), 1, 2, 5, 5)})
+    missing = dict(good)
+    del missing["seed"]
+    with pytest.raises(ValueError, match="verify: missing field 'seed'"):
+        _C.verify(missing)
+    with pytest.raises(ValueError, match="verify: unknown field 'temperature'"):
+        _C.verify({**good, "temperature": fcol})
+    with pytest.raises(ValueError, match="verify: expects a dict"):
+        _C.verify(tuple(good.values()))
+    with pytest.raises(ValueError, match="sampling_probs: missing field 'out_probs'"):
+        _C.sampling_probs({"logits": mat, "inv_temp": 1.0, "top_k": 0, "top_p": 1.0,
+                           "min_p": 0.0, "out_valid": out.data_ptr()})
+    with pytest.raises(ValueError, match="verify_tree: unknown field 'method'"):
+        _C.verify_tree({"target": mat, "target_is_probs": False, "draft": None,
+                        "draft_is_probs": False, "node_ids": col, "parents": col,
+                        "num_nodes": 1, "inv_temp": 1.0, "top_k": 0, "top_p": 1.0,
+                        "min_p": 0.0, "seed": 0, "offset": 0, "B": 1, "N": 2, "max_depth": 1,
+                        "mss": False, "out_tokens": out.data_ptr(),
+                        "out_num_accepted": out.data_ptr(), "out_nodes": out.data_ptr(),
+                        "out_valid": out.data_ptr(), "method": "rsd"})
 
 
 # ----------------------------------------------------------------------------- fuzz safety
@@ -627,12 +675,18 @@ except ValueError as exc:
     print("isa ValueError", exc)
 logits = torch.randn(2, 3, 11)
 ids = torch.zeros(2, 2, dtype=torch.int64)
-for backend in ("cpu", "auto"):
+for backend in ("cpu", "auto", "reference"):
     try:
         specops.verify_block(logits, ids, None, seed=1, backend=backend)
         print(backend, "ok")
     except ValueError as exc:
-        print(backend, "ValueError", exc)
+        print(backend, type(exc).__name__, exc)
+print("available", ",".join(specops.available_backends()))
+from specops import cli
+try:
+    cli.main(["--version"])
+except SystemExit as exc:
+    print("cli_version_exit", exc.code)
 """
 
 
@@ -641,25 +695,33 @@ def _run_with_isa(value):
     r = subprocess.run([sys.executable, "-c", _ISA_SCRIPT], env=env, capture_output=True,
                        text=True, timeout=300)
     assert r.returncode == 0, r.stderr
-    return dict(ln.split(" ", 1) for ln in r.stdout.splitlines())
+    return dict(ln.split(" ", 1) for ln in r.stdout.splitlines() if " " in ln)
 
 
 @pytest.mark.full                       # a fresh interpreter per level
 def test_isa_env_var_is_honoured():
     """SPECOPS_CPU_ISA=scalar (not the default on x86) is the active level in a new process."""
     out = _run_with_isa("scalar")
-    assert out == {"isa": "scalar", "cpu": "ok", "auto": "ok"}
+    assert {k: out[k] for k in ("isa", "cpu", "auto", "reference")} == {
+        "isa": "scalar", "cpu": "ok", "auto": "ok", "reference": "ok"}
+    assert "cpu" in out["available"].split(",")
 
 
-@pytest.mark.full
-def test_isa_env_var_unknown_value_is_an_error():
-    """An unknown level is a ValueError naming SPECOPS_CPU_ISA: from _C, and from
-    verify_block with backend="cpu"; backend="auto" runs the reference with a warning that
-    names the variable (issue 28 item 4; tests/test_api.py checks the warning)."""
+@pytest.mark.full                       # a fresh interpreter
+def test_isa_env_var_unknown_value_fails_only_where_the_cpu_backend_is_used():
+    """An unknown level (issue 27, defect 8): `import specops` works; backend="cpu" raises a
+    ValueError naming SPECOPS_CPU_ISA (CpuIsaError, also a BackendUnavailable), as _C does;
+    backend="auto" runs the reference with a warning that names the variable (issue 28 item
+    4; tests/test_api.py checks the warning); backend="reference", available_backends()
+    (without "cpu") and the CLI work."""
     out = _run_with_isa("avx9000")
-    for key in ("isa", "cpu"):
-        assert out[key].startswith("ValueError") and "SPECOPS_CPU_ISA='avx9000'" in out[key], out
-    assert out["auto"] == "ok", out
+    # (the script catches ValueError and prints the type's name)
+    for key, kind in (("isa", "ValueError"), ("cpu", "CpuIsaError")):
+        assert out[key].startswith(kind) and "SPECOPS_CPU_ISA='avx9000'" in out[key], out
+    assert out["auto"] == "ok" and out["reference"] == "ok", out
+    avail = out["available"].split(",")
+    assert "cpu" not in avail and "reference" in avail, out
+    assert out["cli_version_exit"] == "0", out
 
 
 def _cpu_flags():

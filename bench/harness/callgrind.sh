@@ -15,11 +15,13 @@ OUT="${SPECOPS_HARNESS_DIR:-/tmp/specops_harness}"
 mkdir -p "$OUT"
 FLAGS="-O3 -g -std=c++17 -ffp-contract=off -fno-fast-math -Icsrc"
 objs=()
-for lvl in 0 1 2 3; do
+for lvl in 0 1 2 3; do  # the per-level sources (CMakeLists.txt: SPECOPS_ISA_SOURCES)
   extra=""; [ $lvl = 1 ] && extra="-msse2"; [ $lvl = 2 ] && extra="-mavx2 -mpopcnt"
   [ $lvl = 3 ] && extra="-mavx512f -mavx512dq -mavx2 -mpopcnt"
-  g++ $FLAGS $extra -DSPECOPS_ISA=$lvl -c csrc/simd/passes.cpp -o "$OUT/passes$lvl.o" &
-  objs+=("$OUT/passes$lvl.o")
+  for src in passes draw_passes; do
+    g++ $FLAGS $extra -DSPECOPS_ISA=$lvl -c "csrc/simd/$src.cpp" -o "$OUT/$src$lvl.o" &
+    objs+=("$OUT/$src$lvl.o")
+  done
 done
 wait
 g++ $FLAGS -DSPECOPS_WITH_SSE2 -DSPECOPS_WITH_AVX2 -DSPECOPS_WITH_AVX512 -o "$OUT/verify_harness" \

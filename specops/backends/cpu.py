@@ -1,37 +1,49 @@
 """The C++ CPU backend (``specops._C``): torch marshalling around the torch-free kernels.
 
 Each function has exactly the signature of ``specops.backends.reference`` and returns the
-same values bit for bit.  Per-request parameters (inv_temp, top_k, top_p, min_p, seed,
-offset) may be Python numbers shared by every request: the native code reads them from the
-call's own slots, so a scalar costs no tensor at all.  Tensors are passed to the native code as small tuples of integers
-(see csrc/bindings.cpp): a matrix view ``(address, dtype code, rows, cols, row stride)`` and a
-column view ``(address, element stride, dtype code)``.  Per-request [B] tensors are read in
-place with their stride (stride 0, a scalar expanded with ``.expand(B)``, included): nothing is
-copied unless a tensor is not a CPU tensor of an accepted dtype.  Every tensor whose address
-is passed is held in a local variable until the call returns, and outputs are allocated here.
-The native code releases the GIL, never allocates on the hot path, and bounds-checks every
-row index.
+same values bit for bit.  Each native call takes one dict of named fields (see
+csrc/bindings.cpp; a missing or unknown name is a ValueError there).  Per-request parameters
+(inv_temp, top_k, top_p, min_p, seed, offset) may be Python numbers shared by every request:
+the native code stores them in the call's own Scalars, so a scalar costs no tensor at all.
+Tensors are passed as small tuples of integers: a matrix view ``(address, dtype code, rows,
+cols, row stride)`` and a column view ``(address, element stride, dtype code)``.
+Per-request [B] tensors are read in place with their stride (stride 0, a scalar expanded with
+``.expand(B)``, included): nothing is copied unless a tensor is not a CPU tensor of an
+accepted dtype.  Every tensor whose address is passed is held in a local variable until the
+call returns, and outputs are allocated here.  The native code releases the GIL, never
+allocates on the hot path, and bounds-checks every row index.
 
-The ISA level of the native passes is chosen at import: ``SPECOPS_CPU_ISA=scalar|sse2|avx2``
-(default: the best this CPU runs).  A level that is unknown or cannot run here raises
-ValueError naming the variable, from this import and from every call.
+The ISA level of the native passes is chosen when ``specops._C`` loads:
+``SPECOPS_CPU_ISA=scalar|sse2|avx2|avx512`` (default: the best this CPU runs).  A level that
+is unknown or cannot run here makes this module refuse to load with ``CpuIsaError`` (a
+ValueError naming the variable, and a ``BackendUnavailable``): ``backend="cpu"`` raises it,
+``available_backends()`` leaves "cpu" out (``backend="auto"`` then runs the reference and
+warns why), and the rest of specops (``backend="reference"``, the CLI) works as usual.
 """
 from __future__ import annotations
 
 import torch
 
 from specops import _C
+from specops.backends.registry import BackendUnavailable
 
-_C.isa()  # ValueError naming SPECOPS_CPU_ISA when it asks for a level that cannot run here
+
+class CpuIsaError(BackendUnavailable, ValueError):
+    """SPECOPS_CPU_ISA names an ISA level that is unknown or cannot run here."""
+
+
+try:  # the variable is read once, when _C loads; checked here once, not per call
+    _C.isa()
+except ValueError as exc:
+    raise CpuIsaError(f"specops cpu backend: {exc}") from None
+
+if getattr(_C, "BINDING_VERSION", None) != 2:
+    raise ImportError("specops._C was built from other sources than specops/backends/cpu.py "
+                      "(BINDING_VERSION differs): rebuild it with `pip install -e .`")
 
 _MAT_DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 _F32, _I32, _I64 = 0, 3, 4
 _COL_CODES = {torch.float32: _F32, torch.int32: _I32, torch.int64: _I64}
-
-if _C.REQUEST_FIELDS != ("target_row_start", "draft_row_start", "num_draft", "inv_temp",
-                         "top_k", "top_p", "min_p", "seed", "offset", "forced_num_accepted"):
-    raise ImportError("specops._C was built from other sources than specops/backends/cpu.py "
-                      "(REQUEST_FIELDS differ): rebuild it with `pip install -e .`")
 
 
 def _rows(t, probs: bool):
@@ -78,10 +90,12 @@ def _col(t, dtype, n: int, name: str, keep: list, ints: bool = False):
     return (t.data_ptr(), 1, _COL_CODES[dtype])
 
 
-def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start, num_draft,
-           draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k,
-           forced_num_accepted=None, method="token", want_rates=False):
-    dev = target.device
+def _verify_fields(target, target_is_probs, target_row_start, draft_ids, draft_row_start,
+                   num_draft, draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset,
+                   max_k, forced_num_accepted=None, method="token", want_rates=False):
+    """The fields of ``_C.verify`` (by name), the tensors they point into (alive while the
+    fields are used) and the outputs the call writes: (token_ids, num_accepted, valid) plus
+    accept_rates where wanted."""
     keep: list = []  # converted copies, alive until the call returns
     tgt = _rows(target, bool(target_is_probs))
     nd = num_draft
@@ -89,19 +103,6 @@ def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start
     I64, F32 = torch.int64, torch.float32
     ids = _col(draft_ids, I64, 0, "draft_ids", keep, ints=True)
     num_ids = draft_ids.numel() if type(draft_ids) is torch.Tensor else keep[-1].numel()
-    requests = (
-        _col(target_row_start, I64, B, "target_row_start", keep, True),
-        _col(draft_row_start, I64, B, "draft_row_start", keep, True),
-        _col(nd, I64, B, "num_draft", keep, True),
-        _col(inv_temp, F32, B, "inv_temp", keep),
-        _col(top_k, I64, B, "top_k", keep, True),
-        _col(top_p, F32, B, "top_p", keep),
-        _col(min_p, F32, B, "min_p", keep),
-        _col(seed, I64, B, "seed", keep, True),
-        _col(offset, I64, B, "offset", keep, True),
-        None if forced_num_accepted is None else _col(forced_num_accepted, I64, B,
-                                                      "forced_num_accepted", keep, True),
-    )
     dr = None
     if draft is not None:
         dr = _rows(draft, bool(draft_is_probs))
@@ -112,22 +113,38 @@ def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start
     tok = torch.empty((B, max_k + 1), dtype=torch.int32)
     nacc = torch.empty(B, dtype=torch.int32)
     valid = torch.empty(B, dtype=torch.bool)
-    if method == "token" and not want_rates:
-        _C.verify(_mat(tgt), bool(target_is_probs), None if dr is None else _mat(dr),
-                  bool(draft_is_probs), ids, num_ids, requests, B, max_k, tok.data_ptr(),
-                  nacc.data_ptr(), valid.data_ptr())
-        del keep
-        if dev.type == "cpu":
-            return tok, nacc, valid
-        return tok.to(dev), nacc.to(dev), valid.to(dev)
-    rates = torch.empty((B, max_k), dtype=torch.float32)
-    _C.verify(_mat(tgt), bool(target_is_probs), None if dr is None else _mat(dr),
-              bool(draft_is_probs), ids, num_ids, requests, B, max_k, tok.data_ptr(),
-              nacc.data_ptr(), valid.data_ptr(), method == "block",
-              rates.data_ptr() if want_rates else 0)
+    outs = (tok, nacc, valid)
+    if want_rates:
+        outs += (torch.empty((B, max_k), dtype=torch.float32),)
+    keep += (tgt, dr)
+    fields = {
+        "target": _mat(tgt), "target_is_probs": bool(target_is_probs),
+        "draft": None if dr is None else _mat(dr), "draft_is_probs": bool(draft_is_probs),
+        "draft_ids": ids, "num_ids": num_ids,
+        "target_row_start": _col(target_row_start, I64, B, "target_row_start", keep, True),
+        "draft_row_start": _col(draft_row_start, I64, B, "draft_row_start", keep, True),
+        "num_draft": _col(nd, I64, B, "num_draft", keep, True),
+        "inv_temp": _col(inv_temp, F32, B, "inv_temp", keep),
+        "top_k": _col(top_k, I64, B, "top_k", keep, True),
+        "top_p": _col(top_p, F32, B, "top_p", keep),
+        "min_p": _col(min_p, F32, B, "min_p", keep),
+        "seed": _col(seed, I64, B, "seed", keep, True),
+        "offset": _col(offset, I64, B, "offset", keep, True),
+        "forced_num_accepted": None if forced_num_accepted is None else _col(
+            forced_num_accepted, I64, B, "forced_num_accepted", keep, True),
+        "B": B, "max_k": max_k, "block": method == "block",
+        "out_tokens": tok.data_ptr(), "out_num_accepted": nacc.data_ptr(),
+        "out_valid": valid.data_ptr(), "out_rates": outs[3].data_ptr() if want_rates else 0,
+    }
+    return fields, keep, outs
+
+
+def verify(*args, **kwargs):
+    dev = args[0].device
+    fields, keep, outs = _verify_fields(*args, **kwargs)
+    _C.verify(fields)
     del keep
-    out = (tok, nacc, valid) + ((rates,) if want_rates else ())
-    return tuple(t.to(dev) for t in out)
+    return outs if dev.type == "cpu" else tuple(t.to(dev) for t in outs)
 
 
 def sampling_probs(logits, inv_temp, top_k, top_p, min_p):
@@ -135,13 +152,15 @@ def sampling_probs(logits, inv_temp, top_k, top_p, min_p):
     keep: list = []
     lg = _rows(logits, False)
     N, V = lg.shape
-    rows = (_col(inv_temp, torch.float32, N, "inv_temp", keep),
-            _col(top_k, torch.int64, N, "top_k", keep, True),
-            _col(top_p, torch.float32, N, "top_p", keep),
-            _col(min_p, torch.float32, N, "min_p", keep))
     probs = torch.empty((N, V), dtype=torch.float32)
     valid = torch.empty(N, dtype=torch.bool)
-    _C.sampling_probs(_mat(lg), rows, probs.data_ptr(), valid.data_ptr())
+    _C.sampling_probs({
+        "logits": _mat(lg),
+        "inv_temp": _col(inv_temp, torch.float32, N, "inv_temp", keep),
+        "top_k": _col(top_k, torch.int64, N, "top_k", keep, True),
+        "top_p": _col(top_p, torch.float32, N, "top_p", keep),
+        "min_p": _col(min_p, torch.float32, N, "min_p", keep),
+        "out_probs": probs.data_ptr(), "out_valid": valid.data_ptr()})
     del keep
     return probs.to(dev), valid.to(dev)
 
@@ -161,15 +180,6 @@ def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, dr
     # [B, N] -> B * N entries, node n of request b at b * N + n (a view unless not contiguous)
     flat = [t.reshape(-1) for t in (node_ids, parents)]
     keep += flat
-    ids = _col(flat[0], I64, B * N, "node_ids", keep, True)
-    par = _col(flat[1], I64, B * N, "parents", keep, True)
-    nn = _col(num_nodes, I64, B, "num_nodes", keep, True)
-    requests = (_col(inv_temp, F32, B, "inv_temp", keep),
-                _col(top_k, I64, B, "top_k", keep, True),
-                _col(top_p, F32, B, "top_p", keep),
-                _col(min_p, F32, B, "min_p", keep),
-                _col(seed, I64, B, "seed", keep, True),
-                _col(offset, I64, B, "offset", keep, True))
     dr = None
     if draft is not None:
         dr = _rows(draft, bool(draft_is_probs))
@@ -181,9 +191,21 @@ def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, dr
     nacc = torch.empty(B, dtype=torch.int32)
     nodes = torch.empty((B, D), dtype=torch.int32)
     valid = torch.empty(B, dtype=torch.bool)
-    _C.verify_tree(_mat(tgt), bool(target_is_probs), None if dr is None else _mat(dr),
-                   bool(draft_is_probs), ids, par, nn, requests, B, N, D, method == "mss",
-                   tok.data_ptr(), nacc.data_ptr(), nodes.data_ptr(), valid.data_ptr())
+    _C.verify_tree({
+        "target": _mat(tgt), "target_is_probs": bool(target_is_probs),
+        "draft": None if dr is None else _mat(dr), "draft_is_probs": bool(draft_is_probs),
+        "node_ids": _col(flat[0], I64, B * N, "node_ids", keep, True),
+        "parents": _col(flat[1], I64, B * N, "parents", keep, True),
+        "num_nodes": _col(num_nodes, I64, B, "num_nodes", keep, True),
+        "inv_temp": _col(inv_temp, F32, B, "inv_temp", keep),
+        "top_k": _col(top_k, I64, B, "top_k", keep, True),
+        "top_p": _col(top_p, F32, B, "top_p", keep),
+        "min_p": _col(min_p, F32, B, "min_p", keep),
+        "seed": _col(seed, I64, B, "seed", keep, True),
+        "offset": _col(offset, I64, B, "offset", keep, True),
+        "B": B, "N": N, "max_depth": D, "mss": method == "mss",
+        "out_tokens": tok.data_ptr(), "out_num_accepted": nacc.data_ptr(),
+        "out_nodes": nodes.data_ptr(), "out_valid": valid.data_ptr()})
     del keep
     out = (tok, nacc, nodes, valid)
     return out if dev.type == "cpu" else tuple(t.to(dev) for t in out)
