@@ -7,6 +7,8 @@ dispatch are the cost.  Measured in one run on the same inputs, alternating repe
 * the same with [B] tensors for temperature / seed / offset;
 * transformers' eager ``_speculative_sampling`` (batch 1, its only shape) on the same target
   and draft, given logits already divided by the temperature (the division is not timed);
+* the backend function alone (``specops.backends.<backend>.verify`` on the arguments the
+  public call checked once: its marshalling and the kernel, no argument checks or dispatch);
 * the floor: reading the target logits and draft probabilities once (a torch sum of each).
 
 Run: ``python -m bench.overhead`` (writes bench/results/overhead.md).
@@ -48,6 +50,17 @@ def cases(backend):
             target, ids, q, temperature=temp_t, seed=seed_t, offset=off_t, backend=backend),
         "floor (sum of target + draft probs)": lambda: (target.sum(), q.sum()),
     }
+    if backend != "auto":
+        import importlib
+
+        from specops.reference import inv_temperature
+        be = importlib.import_module(f"specops.backends.{backend}")
+        zero = torch.zeros(B, dtype=torch.int64)
+        # the canonical arguments (specops/backends/__init__.py) of this call, scalars as
+        # Python numbers, as verify_block passes them
+        a = (target.reshape(-1, V), False, zero, ids.reshape(-1), zero, torch.full((B,), K),
+             q.reshape(-1, V), True, float(inv_temperature(T)), 0, 1.0, 0.0, 0, 0, K)
+        fns[f"backend function (specops.backends.{backend}.verify)"] = lambda: be.verify(*a)
     try:
         from transformers.generation.utils import _speculative_sampling
     except ImportError:

@@ -74,10 +74,10 @@ def latency_case(reps):
     a = _args.prepare(target, ids, q, None, None, 0.8, 0, 1.0, 0.0, None, None, seed, offset,
                       None).to_op_tensors()
     custom = _custom_op_twin()
-    fields, keep, _ = cpu_backend._verify_fields(*a.op_args())  # keep: the fields' tensors
+    fields, keep, _ = cpu_backend.verify(*a.op_args(), native=dict)  # keep: its tensors
 
     def native():
-        _C.verify(fields)
+        _C.verify(**fields)
 
     fns = {
         "verify_block (public call)": lambda: specops.verify_block(

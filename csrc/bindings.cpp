@@ -50,35 +50,32 @@ struct Field {
   const char* name;
 };
 
-// The fields of one call: a dict read by name.  Each key is interned once (SPECOPS_FIELD), so
-// a lookup is one hash-table probe that compares pointers.
+// The fields of one call, given as keyword arguments of a METH_FASTCALL function (no dict is
+// built: the values arrive as an array, their names as a tuple, the same tuple object for every
+// call from one call site).  Each key is interned once (SPECOPS_FIELD) and the fields are
+// usually given in the order they are read, so a lookup is mostly one pointer compare.
 class Fields {
  public:
-  Fields(py::handle d, const char* call) : d_(d.ptr()), call_(call) {
-    if (!PyDict_Check(d_)) fail(call_ + ": expects a dict of named fields");
+  Fields(PyObject* const* args, Py_ssize_t nargs, PyObject* kwnames, const char* call)
+      : args_(args), names_(kwnames), n_(kwnames ? PyTuple_GET_SIZE(kwnames) : 0), call_(call) {
+    if (nargs != 0)
+      fail(call_ + ": takes its fields by name only, got " + std::to_string(nargs) +
+           " positional argument(s)");
   }
   Field get(PyObject* key, const char* name) {
-    PyObject* v = PyDict_GetItemWithError(d_, key);  // borrowed
-    if (!v) {
-      if (PyErr_Occurred()) throw py::error_already_set();
-      fail(call_ + ": missing field '" + name + "'");
-    }
+    const Py_ssize_t i = next_ < n_ && PyTuple_GET_ITEM(names_, next_) == key ? next_ : find(key, name);
+    next_ = i + 1;
     if (n_read_ < kMaxFields) read_[n_read_] = name;
     ++n_read_;
-    return {v, name};
+    return {args_[i], name};
   }
   // After the last get: every field given was read (none misspelt or unknown).
   void no_other_fields() const {
-    if (PyDict_GET_SIZE(d_) == Py_ssize_t(n_read_)) return;
+    if (n_ == Py_ssize_t(n_read_)) return;
     std::string unknown;
-    PyObject *key, *value;
-    Py_ssize_t pos = 0;
-    while (PyDict_Next(d_, &pos, &key, &value)) {
-      const char* k = PyUnicode_Check(key) ? PyUnicode_AsUTF8(key) : nullptr;
-      if (!k) {
-        PyErr_Clear();
-        k = "(not a str)";
-      }
+    for (Py_ssize_t i = 0; i < n_; ++i) {
+      const char* k = PyUnicode_AsUTF8(PyTuple_GET_ITEM(names_, i));
+      if (!k) throw py::error_already_set();
       if (std::none_of(read_, read_ + std::min(n_read_, kMaxFields),
                        [k](const char* r) { return std::strcmp(r, k) == 0; }))
         unknown += (unknown.empty() ? "'" : ", '") + std::string(k) + "'";
@@ -87,12 +84,50 @@ class Fields {
   }
 
  private:
+  // The position of `key` among the names (a name that is not interned: by value).
+  Py_ssize_t find(PyObject* key, const char* name) const {
+    for (Py_ssize_t i = 0; i < n_; ++i)
+      if (PyTuple_GET_ITEM(names_, i) == key) return i;
+    for (Py_ssize_t i = 0; i < n_; ++i) {
+      const int eq = PyUnicode_Compare(PyTuple_GET_ITEM(names_, i), key);
+      if (eq == -1 && PyErr_Occurred()) throw py::error_already_set();
+      if (eq == 0) return i;
+    }
+    fail(call_ + ": missing field '" + name + "'");
+  }
+
   static constexpr size_t kMaxFields = 32;
-  PyObject* d_;
+  PyObject* const* args_;
+  PyObject* names_;
+  Py_ssize_t n_;
   std::string call_;
+  Py_ssize_t next_ = 0;
   const char* read_[kMaxFields];
   size_t n_read_ = 0;
 };
+
+// An entry point that takes its fields by keyword: fn(Fields&) run as a METH_FASTCALL |
+// METH_KEYWORDS function (pybind11's dispatcher would build a dict of the keywords first:
+// ~2 us a call, against ~0.1 us here), its C++ exceptions turned into Python ones as pybind11
+// would (invalid_argument: ValueError).
+template <void (*fn)(Fields&), const char* name>
+PyObject* keyword_entry(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs,
+                        PyObject* kwnames) {
+  try {
+    Fields f(args, nargs, kwnames, name);
+    fn(f);
+    Py_RETURN_NONE;
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const std::invalid_argument& e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const std::bad_alloc&) {
+    PyErr_NoMemory();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
 
 // The field `name` of `fields` (the key interned at its first use).
 #define SPECOPS_FIELD(fields, name)                                          \
@@ -242,6 +277,90 @@ specops::TransformParams transform_params(Fields& f, int64_t n, Scalars& s) {
   return p;
 }
 
+constexpr char kVerify[] = "verify";
+constexpr char kVerifyTree[] = "verify_tree";
+constexpr char kSamplingProbs[] = "sampling_probs";
+
+void verify_entry(Fields& f) {
+  specops::check_isa_env();
+  specops::VerifyArgs a;
+  Scalars sc;
+  a.B = count(SPECOPS_FIELD(f, B));
+  a.max_k = count(SPECOPS_FIELD(f, max_k));
+  const int64_t B = a.B;
+  a.target_is_probs = flag(SPECOPS_FIELD(f, target_is_probs));
+  a.target = matrix(SPECOPS_FIELD(f, target), a.target_is_probs);
+  a.draft_is_probs = flag(SPECOPS_FIELD(f, draft_is_probs));
+  a.draft = matrix(SPECOPS_FIELD(f, draft), a.draft_is_probs);
+  const int64_t num_ids = count(SPECOPS_FIELD(f, num_ids));
+  a.draft_ids = int_column(SPECOPS_FIELD(f, draft_ids), num_ids);
+  a.num_ids = a.draft_ids.ptr ? num_ids : 0;
+  a.target_row_start =
+      required(int_column(SPECOPS_FIELD(f, target_row_start), B), "target_row_start", B);
+  a.draft_row_start =
+      required(int_column(SPECOPS_FIELD(f, draft_row_start), B), "draft_row_start", B);
+  a.num_draft = required(int_column(SPECOPS_FIELD(f, num_draft), B), "num_draft", B);
+  a.params = transform_params(f, B, sc);
+  a.seed = required(int_column(SPECOPS_FIELD(f, seed), B, &sc.seed), "seed", B);
+  a.offset = required(int_column(SPECOPS_FIELD(f, offset), B, &sc.offset), "offset", B);
+  a.forced_num_accepted = int_column(SPECOPS_FIELD(f, forced_num_accepted), B);
+  a.block = flag(SPECOPS_FIELD(f, block));
+  if (a.block && a.forced_num_accepted.ptr) fail("verify: the forced mode is token-wise only");
+  a.out_tokens = address<int32_t>(SPECOPS_FIELD(f, out_tokens), B);
+  a.out_num_accepted = address<int32_t>(SPECOPS_FIELD(f, out_num_accepted), B);
+  a.out_valid = address<uint8_t>(SPECOPS_FIELD(f, out_valid), B);
+  a.out_rates = address<float>(SPECOPS_FIELD(f, out_rates), B * a.max_k, true);
+  f.no_other_fields();
+  py::gil_scoped_release nogil;
+  specops::verify(a);
+}
+
+void verify_tree_entry(Fields& f) {
+  specops::check_isa_env();
+  specops::TreeArgs a;
+  Scalars sc;
+  a.B = count(SPECOPS_FIELD(f, B));
+  a.N = count(SPECOPS_FIELD(f, N));
+  a.max_depth = count(SPECOPS_FIELD(f, max_depth));
+  const int64_t B = a.B, BN = a.B * a.N;
+  a.target_is_probs = flag(SPECOPS_FIELD(f, target_is_probs));
+  a.target = matrix(SPECOPS_FIELD(f, target), a.target_is_probs);
+  a.draft_is_probs = flag(SPECOPS_FIELD(f, draft_is_probs));
+  a.draft = matrix(SPECOPS_FIELD(f, draft), a.draft_is_probs);
+  // node n of request b is row b * N + n: the kernel indexes the matrices by that alone
+  if (BN > 0 && (!a.target.ptr || a.target.rows != BN))
+    fail("verify_tree: target must have B * N rows");
+  if (a.draft.ptr && (a.draft.rows != BN || a.draft.cols != a.target.cols))
+    fail("verify_tree: draft must have the target's shape [B * N, V]");
+  a.node_ids = required(int_column(SPECOPS_FIELD(f, node_ids), BN), "node_ids", BN);
+  a.parents = required(int_column(SPECOPS_FIELD(f, parents), BN), "parents", BN);
+  a.num_nodes =
+      required(int_column(SPECOPS_FIELD(f, num_nodes), B, &sc.num_nodes), "num_nodes", B);
+  a.params = transform_params(f, B, sc);
+  a.seed = required(int_column(SPECOPS_FIELD(f, seed), B, &sc.seed), "seed", B);
+  a.offset = required(int_column(SPECOPS_FIELD(f, offset), B, &sc.offset), "offset", B);
+  a.rsd = !flag(SPECOPS_FIELD(f, mss));
+  a.out_tokens = address<int32_t>(SPECOPS_FIELD(f, out_tokens), B);
+  a.out_num_accepted = address<int32_t>(SPECOPS_FIELD(f, out_num_accepted), B);
+  a.out_nodes = address<int32_t>(SPECOPS_FIELD(f, out_nodes), B * a.max_depth);
+  a.out_valid = address<uint8_t>(SPECOPS_FIELD(f, out_valid), B);
+  f.no_other_fields();
+  py::gil_scoped_release nogil;
+  specops::verify_tree(a);
+}
+
+void sampling_probs_entry(Fields& f) {
+  specops::check_isa_env();
+  Scalars sc;
+  const Mat lg = matrix(SPECOPS_FIELD(f, logits), false);
+  const specops::TransformParams p = transform_params(f, lg.rows, sc);
+  float* probs = address<float>(SPECOPS_FIELD(f, out_probs), lg.rows * lg.cols);
+  uint8_t* valid = address<uint8_t>(SPECOPS_FIELD(f, out_valid), lg.rows);
+  f.no_other_fields();
+  py::gil_scoped_release nogil;
+  specops::sampling_probs(lg, p, probs, valid);
+}
+
 py::dict constants() {
   py::dict d;
 #define SPECOPS_CONSTANT(name) d[#name] = specops::name
@@ -276,116 +395,42 @@ PYBIND11_MODULE(_C, m) {
   m.doc() = "specops CPU kernels (torch-free C++; see specops/reference.py for the spec)";
   m.attr("BINDING_VERSION") = kBindingVersion;
 
-  m.def(
-      "verify",
-      [](py::handle fields) {
-        specops::check_isa_env();
-        Fields f(fields, "verify");
-        specops::VerifyArgs a;
-        Scalars sc;
-        a.B = count(SPECOPS_FIELD(f, B));
-        a.max_k = count(SPECOPS_FIELD(f, max_k));
-        const int64_t B = a.B;
-        a.target_is_probs = flag(SPECOPS_FIELD(f, target_is_probs));
-        a.target = matrix(SPECOPS_FIELD(f, target), a.target_is_probs);
-        a.draft_is_probs = flag(SPECOPS_FIELD(f, draft_is_probs));
-        a.draft = matrix(SPECOPS_FIELD(f, draft), a.draft_is_probs);
-        const int64_t num_ids = count(SPECOPS_FIELD(f, num_ids));
-        a.draft_ids = int_column(SPECOPS_FIELD(f, draft_ids), num_ids);
-        a.num_ids = a.draft_ids.ptr ? num_ids : 0;
-        a.target_row_start =
-            required(int_column(SPECOPS_FIELD(f, target_row_start), B), "target_row_start", B);
-        a.draft_row_start =
-            required(int_column(SPECOPS_FIELD(f, draft_row_start), B), "draft_row_start", B);
-        a.num_draft = required(int_column(SPECOPS_FIELD(f, num_draft), B), "num_draft", B);
-        a.params = transform_params(f, B, sc);
-        a.seed = required(int_column(SPECOPS_FIELD(f, seed), B, &sc.seed), "seed", B);
-        a.offset = required(int_column(SPECOPS_FIELD(f, offset), B, &sc.offset), "offset", B);
-        a.forced_num_accepted = int_column(SPECOPS_FIELD(f, forced_num_accepted), B);
-        a.block = flag(SPECOPS_FIELD(f, block));
-        if (a.block && a.forced_num_accepted.ptr) fail("verify: the forced mode is token-wise only");
-        a.out_tokens = address<int32_t>(SPECOPS_FIELD(f, out_tokens), B);
-        a.out_num_accepted = address<int32_t>(SPECOPS_FIELD(f, out_num_accepted), B);
-        a.out_valid = address<uint8_t>(SPECOPS_FIELD(f, out_valid), B);
-        a.out_rates = address<float>(SPECOPS_FIELD(f, out_rates), B * a.max_k, true);
-        f.no_other_fields();
-        py::gil_scoped_release nogil;
-        specops::verify(a);
-      },
-      py::arg("fields"),
-      "The fused verify walk (reference.verify_rows_ref).  fields, by name: target, draft "
-      "(matrix views; draft None: point-mass drafts), target_is_probs, draft_is_probs (bool); "
-      "draft_ids (column view) and num_ids; per request: target_row_start, draft_row_start, "
-      "num_draft, inv_temp, top_k, top_p, min_p, seed, offset (column views; the last six may "
-      "be a Python float / int shared by every request), forced_num_accepted (column view or "
-      "None); B, max_k; block (bool: block verification, section 9); outputs (addresses): "
-      "out_tokens [B, max_k + 1] int32, out_num_accepted [B] int32, out_valid [B] bool, "
-      "out_rates [B, max_k] float32 (section 10) or 0.");
-
-  m.def(
-      "verify_tree",
-      [](py::handle fields) {
-        specops::check_isa_env();
-        Fields f(fields, "verify_tree");
-        specops::TreeArgs a;
-        Scalars sc;
-        a.B = count(SPECOPS_FIELD(f, B));
-        a.N = count(SPECOPS_FIELD(f, N));
-        a.max_depth = count(SPECOPS_FIELD(f, max_depth));
-        const int64_t B = a.B, BN = a.B * a.N;
-        a.target_is_probs = flag(SPECOPS_FIELD(f, target_is_probs));
-        a.target = matrix(SPECOPS_FIELD(f, target), a.target_is_probs);
-        a.draft_is_probs = flag(SPECOPS_FIELD(f, draft_is_probs));
-        a.draft = matrix(SPECOPS_FIELD(f, draft), a.draft_is_probs);
-        // node n of request b is row b * N + n: the kernel indexes the matrices by that alone
-        if (BN > 0 && (!a.target.ptr || a.target.rows != BN))
-          fail("verify_tree: target must have B * N rows");
-        if (a.draft.ptr && (a.draft.rows != BN || a.draft.cols != a.target.cols))
-          fail("verify_tree: draft must have the target's shape [B * N, V]");
-        a.node_ids = required(int_column(SPECOPS_FIELD(f, node_ids), BN), "node_ids", BN);
-        a.parents = required(int_column(SPECOPS_FIELD(f, parents), BN), "parents", BN);
-        a.num_nodes =
-            required(int_column(SPECOPS_FIELD(f, num_nodes), B, &sc.num_nodes), "num_nodes", B);
-        a.params = transform_params(f, B, sc);
-        a.seed = required(int_column(SPECOPS_FIELD(f, seed), B, &sc.seed), "seed", B);
-        a.offset = required(int_column(SPECOPS_FIELD(f, offset), B, &sc.offset), "offset", B);
-        a.rsd = !flag(SPECOPS_FIELD(f, mss));
-        a.out_tokens = address<int32_t>(SPECOPS_FIELD(f, out_tokens), B);
-        a.out_num_accepted = address<int32_t>(SPECOPS_FIELD(f, out_num_accepted), B);
-        a.out_nodes = address<int32_t>(SPECOPS_FIELD(f, out_nodes), B * a.max_depth);
-        a.out_valid = address<uint8_t>(SPECOPS_FIELD(f, out_valid), B);
-        f.no_other_fields();
-        py::gil_scoped_release nogil;
-        specops::verify_tree(a);
-      },
-      py::arg("fields"),
-      "Tree verification (reference.verify_tree_ref, section 11).  fields, by name: target, "
-      "draft (matrix views [B * N, V]; draft None: point-mass drafts), target_is_probs, "
-      "draft_is_probs (bool); node_ids, parents (column views of B * N entries, node n of "
-      "request b at b * N + n); per request: num_nodes, inv_temp, top_k, top_p, min_p, seed, "
-      "offset (column views, or a Python number shared by every request); B, N, max_depth; "
-      "mss (bool: method 'mss', else 'rsd'); outputs (addresses): out_tokens "
-      "[B, max_depth + 1] int32, out_num_accepted [B] int32, out_nodes [B, max_depth] int32, "
-      "out_valid [B] bool.");
-
-  m.def(
-      "sampling_probs",
-      [](py::handle fields) {
-        specops::check_isa_env();
-        Fields f(fields, "sampling_probs");
-        Scalars sc;
-        const Mat lg = matrix(SPECOPS_FIELD(f, logits), false);
-        const specops::TransformParams p = transform_params(f, lg.rows, sc);
-        float* probs = address<float>(SPECOPS_FIELD(f, out_probs), lg.rows * lg.cols);
-        uint8_t* valid = address<uint8_t>(SPECOPS_FIELD(f, out_valid), lg.rows);
-        f.no_other_fields();
-        py::gil_scoped_release nogil;
-        specops::sampling_probs(lg, p, probs, valid);
-      },
-      py::arg("fields"),
-      "fields, by name: logits (matrix view [N, V]); inv_temp, top_k, top_p, min_p (column "
-      "views of N rows, or a Python number shared by every row); outputs (addresses): "
-      "out_probs [N, V] float32 (contiguous), out_valid [N] bool.");
+  // the kernel entries take their fields by keyword (see keyword_entry)
+  static PyMethodDef entries[] = {
+      {kVerify, reinterpret_cast<PyCFunction>(
+                    reinterpret_cast<void (*)()>(&keyword_entry<verify_entry, kVerify>)),
+       METH_FASTCALL | METH_KEYWORDS,
+       "The fused verify walk (reference.verify_rows_ref).  fields, by name: target, draft "
+       "(matrix views; draft None: point-mass drafts), target_is_probs, draft_is_probs (bool); "
+       "draft_ids (column view) and num_ids; per request: target_row_start, draft_row_start, "
+       "num_draft, inv_temp, top_k, top_p, min_p, seed, offset (column views; the last six may "
+       "be a Python float / int shared by every request), forced_num_accepted (column view or "
+       "None); B, max_k; block (bool: block verification, section 9); outputs (addresses): "
+       "out_tokens [B, max_k + 1] int32, out_num_accepted [B] int32, out_valid [B] bool, "
+       "out_rates [B, max_k] float32 (section 10) or 0."},
+      {kVerifyTree, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+                        &keyword_entry<verify_tree_entry, kVerifyTree>)),
+       METH_FASTCALL | METH_KEYWORDS,
+       "Tree verification (reference.verify_tree_ref, section 11).  fields, by name: target, "
+       "draft (matrix views [B * N, V]; draft None: point-mass drafts), target_is_probs, "
+       "draft_is_probs (bool); node_ids, parents (column views of B * N entries, node n of "
+       "request b at b * N + n); per request: num_nodes, inv_temp, top_k, top_p, min_p, seed, "
+       "offset (column views, or a Python number shared by every request); B, N, max_depth; "
+       "mss (bool: method 'mss', else 'rsd'); outputs (addresses): out_tokens "
+       "[B, max_depth + 1] int32, out_num_accepted [B] int32, out_nodes [B, max_depth] int32, "
+       "out_valid [B] bool."},
+      {kSamplingProbs, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
+                           &keyword_entry<sampling_probs_entry, kSamplingProbs>)),
+       METH_FASTCALL | METH_KEYWORDS,
+       "fields, by name: logits (matrix view [N, V]); inv_temp, top_k, top_p, min_p (column "
+       "views of N rows, or a Python number shared by every row); outputs (addresses): "
+       "out_probs [N, V] float32 (contiguous), out_valid [N] bool."},
+  };
+  for (PyMethodDef& def : entries) {
+    PyObject* fn = PyCFunction_NewEx(&def, nullptr, m.attr("__name__").ptr());
+    if (!fn) throw py::error_already_set();
+    m.add_object(def.ml_name, py::reinterpret_steal<py::object>(fn));
+  }
 
   m.def(
       "philox",

@@ -489,8 +489,8 @@ def test_per_request_columns_read_with_their_strides(isa):
 
 
 def test_bad_fields_are_value_errors():
-    """The binding reads every field by name and checks it before the kernels run: a missing,
-    unknown or malformed field is a ValueError naming it."""
+    """The binding reads every field by keyword and checks it before the kernels run: a
+    missing, unknown, positional or malformed field is a ValueError naming it."""
     e = torch.zeros(1, dtype=torch.int64)
     col = (e.data_ptr(), 1, 4)
     fcol = (torch.ones(1).data_ptr(), 1, 0)
@@ -503,7 +503,7 @@ def test_bad_fields_are_value_errors():
                 offset=col, forced_num_accepted=None, B=1, max_k=1, block=False,
                 out_tokens=out.data_ptr(), out_num_accepted=out.data_ptr() + 8,
                 out_valid=out.data_ptr() + 12, out_rates=0)
-    _C.verify(good)
+    _C.verify(**good)
     for key, bad, says in (
             ("target", (t.data_ptr(), 7, 2, 5, 5), "target: bad dtype code"),
             ("target", (t.data_ptr(), 0, 2, 1 << 23, 5), "target: V exceeds MAX_VOCAB"),
@@ -515,28 +515,26 @@ def test_bad_fields_are_value_errors():
             ("block", 1, "block must be a bool"),
             ("B", -1, "B must be >= 0")):
         with pytest.raises(ValueError, match=re.escape(says)):
-            _C.verify({**good, key: bad})
+            _C.verify(**{**good, key: bad})
     with pytest.raises(ValueError, match="probabilities must be float32"):
-        _C.verify({**good, "target_is_probs": True, "target": (t.data_ptr(), 1, 2, 5, 5)})
+        _C.verify(**{**good, "target_is_probs": True, "target": (t.data_ptr(), 1, 2, 5, 5)})
     missing = dict(good)
     del missing["seed"]
     with pytest.raises(ValueError, match="verify: missing field 'seed'"):
-        _C.verify(missing)
+        _C.verify(**missing)
     with pytest.raises(ValueError, match="verify: unknown field 'temperature'"):
-        _C.verify({**good, "temperature": fcol})
-    with pytest.raises(ValueError, match="verify: expects a dict"):
-        _C.verify(tuple(good.values()))
+        _C.verify(**good, temperature=fcol)
+    with pytest.raises(ValueError, match="verify: takes its fields by name only"):
+        _C.verify(*good.values())
     with pytest.raises(ValueError, match="sampling_probs: missing field 'out_probs'"):
-        _C.sampling_probs({"logits": mat, "inv_temp": 1.0, "top_k": 0, "top_p": 1.0,
-                           "min_p": 0.0, "out_valid": out.data_ptr()})
+        _C.sampling_probs(logits=mat, inv_temp=1.0, top_k=0, top_p=1.0, min_p=0.0,
+                          out_valid=out.data_ptr())
     with pytest.raises(ValueError, match="verify_tree: unknown field 'method'"):
-        _C.verify_tree({"target": mat, "target_is_probs": False, "draft": None,
-                        "draft_is_probs": False, "node_ids": col, "parents": col,
-                        "num_nodes": 1, "inv_temp": 1.0, "top_k": 0, "top_p": 1.0,
-                        "min_p": 0.0, "seed": 0, "offset": 0, "B": 1, "N": 2, "max_depth": 1,
-                        "mss": False, "out_tokens": out.data_ptr(),
-                        "out_num_accepted": out.data_ptr(), "out_nodes": out.data_ptr(),
-                        "out_valid": out.data_ptr(), "method": "rsd"})
+        _C.verify_tree(target=mat, target_is_probs=False, draft=None, draft_is_probs=False,
+                       node_ids=col, parents=col, num_nodes=1, inv_temp=1.0, top_k=0,
+                       top_p=1.0, min_p=0.0, seed=0, offset=0, B=1, N=2, max_depth=1,
+                       mss=False, out_tokens=out.data_ptr(), out_num_accepted=out.data_ptr(),
+                       out_nodes=out.data_ptr(), out_valid=out.data_ptr(), method="rsd")
 
 
 # ----------------------------------------------------------------------------- fuzz safety

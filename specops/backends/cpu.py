@@ -1,7 +1,7 @@
 """The C++ CPU backend (``specops._C``): torch marshalling around the torch-free kernels.
 
 Each function has exactly the signature of ``specops.backends.reference`` and returns the
-same values bit for bit.  Each native call takes one dict of named fields (see
+same values bit for bit.  Each native call takes its fields by keyword (see
 csrc/bindings.cpp; a missing or unknown name is a ValueError there).  Per-request parameters
 (inv_temp, top_k, top_p, min_p, seed, offset) may be Python numbers shared by every request:
 the native code stores them in the call's own Scalars, so a scalar costs no tensor at all.
@@ -90,12 +90,12 @@ def _col(t, dtype, n: int, name: str, keep: list, ints: bool = False):
     return (t.data_ptr(), 1, _COL_CODES[dtype])
 
 
-def _verify_fields(target, target_is_probs, target_row_start, draft_ids, draft_row_start,
-                   num_draft, draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset,
-                   max_k, forced_num_accepted=None, method="token", want_rates=False):
-    """The fields of ``_C.verify`` (by name), the tensors they point into (alive while the
-    fields are used) and the outputs the call writes: (token_ids, num_accepted, valid) plus
-    accept_rates where wanted."""
+def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start, num_draft,
+           draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k,
+           forced_num_accepted=None, method="token", want_rates=False, native=None):
+    """``native`` (bench: the kernel timed alone) is called instead of ``_C.verify`` with the
+    same keyword fields; then (its result, the tensors the fields point into, the outputs a
+    call writes) is returned."""
     keep: list = []  # converted copies, alive until the call returns
     tgt = _rows(target, bool(target_is_probs))
     nd = num_draft
@@ -116,35 +116,33 @@ def _verify_fields(target, target_is_probs, target_row_start, draft_ids, draft_r
     outs = (tok, nacc, valid)
     if want_rates:
         outs += (torch.empty((B, max_k), dtype=torch.float32),)
-    keep += (tgt, dr)
-    fields = {
-        "target": _mat(tgt), "target_is_probs": bool(target_is_probs),
-        "draft": None if dr is None else _mat(dr), "draft_is_probs": bool(draft_is_probs),
-        "draft_ids": ids, "num_ids": num_ids,
-        "target_row_start": _col(target_row_start, I64, B, "target_row_start", keep, True),
-        "draft_row_start": _col(draft_row_start, I64, B, "draft_row_start", keep, True),
-        "num_draft": _col(nd, I64, B, "num_draft", keep, True),
-        "inv_temp": _col(inv_temp, F32, B, "inv_temp", keep),
-        "top_k": _col(top_k, I64, B, "top_k", keep, True),
-        "top_p": _col(top_p, F32, B, "top_p", keep),
-        "min_p": _col(min_p, F32, B, "min_p", keep),
-        "seed": _col(seed, I64, B, "seed", keep, True),
-        "offset": _col(offset, I64, B, "offset", keep, True),
-        "forced_num_accepted": None if forced_num_accepted is None else _col(
+    # Fields by keyword, in the order the binding reads them (any order works; this one makes
+    # each lookup a single compare).  A per-request parameter that is already a Python float /
+    # int goes in as it is (the engine's common call, spared a function call per parameter).
+    r = (native or _C.verify)(
+        B=B, max_k=max_k,
+        target_is_probs=bool(target_is_probs), target=_mat(tgt),
+        draft_is_probs=bool(draft_is_probs), draft=None if dr is None else _mat(dr),
+        num_ids=num_ids, draft_ids=ids,
+        target_row_start=_col(target_row_start, I64, B, "target_row_start", keep, True),
+        draft_row_start=_col(draft_row_start, I64, B, "draft_row_start", keep, True),
+        num_draft=_col(nd, I64, B, "num_draft", keep, True),
+        inv_temp=inv_temp if type(inv_temp) is float else _col(inv_temp, F32, B, "inv_temp",
+                                                               keep),
+        top_k=top_k if type(top_k) is int else _col(top_k, I64, B, "top_k", keep, True),
+        top_p=top_p if type(top_p) is float else _col(top_p, F32, B, "top_p", keep),
+        min_p=min_p if type(min_p) is float else _col(min_p, F32, B, "min_p", keep),
+        seed=seed if type(seed) is int else _col(seed, I64, B, "seed", keep, True),
+        offset=offset if type(offset) is int else _col(offset, I64, B, "offset", keep, True),
+        forced_num_accepted=None if forced_num_accepted is None else _col(
             forced_num_accepted, I64, B, "forced_num_accepted", keep, True),
-        "B": B, "max_k": max_k, "block": method == "block",
-        "out_tokens": tok.data_ptr(), "out_num_accepted": nacc.data_ptr(),
-        "out_valid": valid.data_ptr(), "out_rates": outs[3].data_ptr() if want_rates else 0,
-    }
-    return fields, keep, outs
-
-
-def verify(*args, **kwargs):
-    dev = args[0].device
-    fields, keep, outs = _verify_fields(*args, **kwargs)
-    _C.verify(fields)
+        block=method == "block",
+        out_tokens=tok.data_ptr(), out_num_accepted=nacc.data_ptr(),
+        out_valid=valid.data_ptr(), out_rates=outs[3].data_ptr() if want_rates else 0)
+    if native is not None:
+        return r, keep + [tgt, dr], outs
     del keep
-    return outs if dev.type == "cpu" else tuple(t.to(dev) for t in outs)
+    return outs if target.is_cpu else tuple(t.to(target.device) for t in outs)
 
 
 def sampling_probs(logits, inv_temp, top_k, top_p, min_p):
@@ -154,13 +152,13 @@ def sampling_probs(logits, inv_temp, top_k, top_p, min_p):
     N, V = lg.shape
     probs = torch.empty((N, V), dtype=torch.float32)
     valid = torch.empty(N, dtype=torch.bool)
-    _C.sampling_probs({
-        "logits": _mat(lg),
-        "inv_temp": _col(inv_temp, torch.float32, N, "inv_temp", keep),
-        "top_k": _col(top_k, torch.int64, N, "top_k", keep, True),
-        "top_p": _col(top_p, torch.float32, N, "top_p", keep),
-        "min_p": _col(min_p, torch.float32, N, "min_p", keep),
-        "out_probs": probs.data_ptr(), "out_valid": valid.data_ptr()})
+    _C.sampling_probs(
+        logits=_mat(lg),
+        inv_temp=_col(inv_temp, torch.float32, N, "inv_temp", keep),
+        top_k=_col(top_k, torch.int64, N, "top_k", keep, True),
+        top_p=_col(top_p, torch.float32, N, "top_p", keep),
+        min_p=_col(min_p, torch.float32, N, "min_p", keep),
+        out_probs=probs.data_ptr(), out_valid=valid.data_ptr())
     del keep
     return probs.to(dev), valid.to(dev)
 
@@ -191,21 +189,22 @@ def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, dr
     nacc = torch.empty(B, dtype=torch.int32)
     nodes = torch.empty((B, D), dtype=torch.int32)
     valid = torch.empty(B, dtype=torch.bool)
-    _C.verify_tree({
-        "target": _mat(tgt), "target_is_probs": bool(target_is_probs),
-        "draft": None if dr is None else _mat(dr), "draft_is_probs": bool(draft_is_probs),
-        "node_ids": _col(flat[0], I64, B * N, "node_ids", keep, True),
-        "parents": _col(flat[1], I64, B * N, "parents", keep, True),
-        "num_nodes": _col(num_nodes, I64, B, "num_nodes", keep, True),
-        "inv_temp": _col(inv_temp, F32, B, "inv_temp", keep),
-        "top_k": _col(top_k, I64, B, "top_k", keep, True),
-        "top_p": _col(top_p, F32, B, "top_p", keep),
-        "min_p": _col(min_p, F32, B, "min_p", keep),
-        "seed": _col(seed, I64, B, "seed", keep, True),
-        "offset": _col(offset, I64, B, "offset", keep, True),
-        "B": B, "N": N, "max_depth": D, "mss": method == "mss",
-        "out_tokens": tok.data_ptr(), "out_num_accepted": nacc.data_ptr(),
-        "out_nodes": nodes.data_ptr(), "out_valid": valid.data_ptr()})
+    _C.verify_tree(  # by keyword, in the order the binding reads them
+        B=B, N=N, max_depth=D,
+        target_is_probs=bool(target_is_probs), target=_mat(tgt),
+        draft_is_probs=bool(draft_is_probs), draft=None if dr is None else _mat(dr),
+        node_ids=_col(flat[0], I64, B * N, "node_ids", keep, True),
+        parents=_col(flat[1], I64, B * N, "parents", keep, True),
+        num_nodes=_col(num_nodes, I64, B, "num_nodes", keep, True),
+        inv_temp=_col(inv_temp, F32, B, "inv_temp", keep),
+        top_k=_col(top_k, I64, B, "top_k", keep, True),
+        top_p=_col(top_p, F32, B, "top_p", keep),
+        min_p=_col(min_p, F32, B, "min_p", keep),
+        seed=_col(seed, I64, B, "seed", keep, True),
+        offset=_col(offset, I64, B, "offset", keep, True),
+        mss=method == "mss",
+        out_tokens=tok.data_ptr(), out_num_accepted=nacc.data_ptr(),
+        out_nodes=nodes.data_ptr(), out_valid=valid.data_ptr())
     del keep
     out = (tok, nacc, nodes, valid)
     return out if dev.type == "cpu" else tuple(t.to(dev) for t in out)
