@@ -175,6 +175,13 @@ int64_t count(Field f) {
   return v;
 }
 
+// How many threads a call may use (>= 1; the pool caps it, core/parallel.cpp).
+int threads(Field f) {
+  const int64_t v = integer(f);
+  if (v < 1) fail(std::string(f.name) + " must be >= 1, got " + std::to_string(v));
+  return int(std::min<int64_t>(v, 1 << 20));
+}
+
 bool flag(Field f) {
   if (!PyBool_Check(f.value.ptr())) fail(std::string(f.name) + " must be a bool");
   return f.value.ptr() == Py_True;
@@ -310,6 +317,7 @@ void verify_entry(Fields& f) {
   a.out_num_accepted = address<int32_t>(SPECOPS_FIELD(f, out_num_accepted), B);
   a.out_valid = address<uint8_t>(SPECOPS_FIELD(f, out_valid), B);
   a.out_rates = address<float>(SPECOPS_FIELD(f, out_rates), B * a.max_k, true);
+  a.threads = threads(SPECOPS_FIELD(f, threads));
   f.no_other_fields();
   py::gil_scoped_release nogil;
   specops::verify(a);
@@ -344,6 +352,7 @@ void verify_tree_entry(Fields& f) {
   a.out_num_accepted = address<int32_t>(SPECOPS_FIELD(f, out_num_accepted), B);
   a.out_nodes = address<int32_t>(SPECOPS_FIELD(f, out_nodes), B * a.max_depth);
   a.out_valid = address<uint8_t>(SPECOPS_FIELD(f, out_valid), B);
+  a.threads = threads(SPECOPS_FIELD(f, threads));
   f.no_other_fields();
   py::gil_scoped_release nogil;
   specops::verify_tree(a);
@@ -356,9 +365,10 @@ void sampling_probs_entry(Fields& f) {
   const specops::TransformParams p = transform_params(f, lg.rows, sc);
   float* probs = address<float>(SPECOPS_FIELD(f, out_probs), lg.rows * lg.cols);
   uint8_t* valid = address<uint8_t>(SPECOPS_FIELD(f, out_valid), lg.rows);
+  const int nt = threads(SPECOPS_FIELD(f, threads));
   f.no_other_fields();
   py::gil_scoped_release nogil;
-  specops::sampling_probs(lg, p, probs, valid);
+  specops::sampling_probs(lg, p, probs, valid, nt);
 }
 
 py::dict constants() {
@@ -407,7 +417,8 @@ PYBIND11_MODULE(_C, m) {
        "be a Python float / int shared by every request), forced_num_accepted (column view or "
        "None); B, max_k; block (bool: block verification, section 9); outputs (addresses): "
        "out_tokens [B, max_k + 1] int32, out_num_accepted [B] int32, out_valid [B] bool, "
-       "out_rates [B, max_k] float32 (section 10) or 0."},
+       "out_rates [B, max_k] float32 (section 10) or 0; threads: requests run on at most this "
+       "many threads."},
       {kVerifyTree, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
                         &keyword_entry<verify_tree_entry, kVerifyTree>)),
        METH_FASTCALL | METH_KEYWORDS,
@@ -418,13 +429,14 @@ PYBIND11_MODULE(_C, m) {
        "offset (column views, or a Python number shared by every request); B, N, max_depth; "
        "mss (bool: method 'mss', else 'rsd'); outputs (addresses): out_tokens "
        "[B, max_depth + 1] int32, out_num_accepted [B] int32, out_nodes [B, max_depth] int32, "
-       "out_valid [B] bool."},
+       "out_valid [B] bool; threads: requests run on at most this many threads."},
       {kSamplingProbs, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
                            &keyword_entry<sampling_probs_entry, kSamplingProbs>)),
        METH_FASTCALL | METH_KEYWORDS,
        "fields, by name: logits (matrix view [N, V]); inv_temp, top_k, top_p, min_p (column "
        "views of N rows, or a Python number shared by every row); outputs (addresses): "
-       "out_probs [N, V] float32 (contiguous), out_valid [N] bool."},
+       "out_probs [N, V] float32 (contiguous), out_valid [N] bool; threads: rows run on at "
+       "most this many threads."},
   };
   for (PyMethodDef& def : entries) {
     PyObject* fn = PyCFunction_NewEx(&def, nullptr, m.attr("__name__").ptr());
@@ -550,10 +562,4 @@ PYBIND11_MODULE(_C, m) {
   m.def("available_isas", &specops::available_isas,
         "The levels this build contains and this CPU runs, lowest first.");
   m.def("constants", &constants, "The constants of the spec as compiled (see specops.reference).");
-
-#ifdef _OPENMP
-  m.attr("has_openmp") = true;
-#else
-  m.attr("has_openmp") = false;
-#endif
 }

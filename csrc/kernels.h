@@ -66,6 +66,7 @@ struct VerifyArgs {
   int32_t* out_num_accepted = nullptr;  // [B]
   uint8_t* out_valid = nullptr;         // [B]
   float* out_rates = nullptr;           // [B, max_k] or nullptr (reference section 10)
+  int threads = 1;                      // requests run on at most this many threads
 };
 
 void verify(const VerifyArgs& a);
@@ -93,13 +94,15 @@ struct TreeArgs {
   int32_t* out_num_accepted = nullptr;  // [B]
   int32_t* out_nodes = nullptr;         // [B, max_depth]
   uint8_t* out_valid = nullptr;         // [B]
+  int threads = 1;                      // requests run on at most this many threads
 };
 
 void verify_tree(const TreeArgs& a);
 
-// logits [N, V] -> probs [N, V] float32 contiguous, valid [N].
+// logits [N, V] -> probs [N, V] float32 contiguous, valid [N]; rows run on at most `threads`
+// threads.
 void sampling_probs(const Mat& logits, const TransformParams& params, float* out_probs,
-                    uint8_t* out_valid);
+                    uint8_t* out_valid, int threads = 1);
 
 void pexp_array(const float* in, float* out, int64_t n);
 

@@ -380,6 +380,89 @@ def test_verify_point_mass_acceptance_is_exercised(isa):
     assert bool(valid.all())
 
 
+def _with_threads(n, fn):
+    before = torch.get_num_threads()
+    torch.set_num_threads(n)
+    try:
+        return fn()
+    finally:
+        torch.set_num_threads(before)
+
+
+def test_threads_give_the_same_outputs():
+    """Requests (rows) run on torch.get_num_threads() threads of specops' pool: 2, 3 and 7
+    threads (more than this machine's cores) emit what one thread emits, for verify (token
+    and block), sampling_probs and verify_tree; and two Python threads calling at once (the
+    GIL is released: one gets the pool, the other runs alone) both get them too."""
+    import threading
+    rng = np.random.default_rng(5)
+    args = _random_batch(rng, 40, 4, 300, torch.float32, "probs", "logits", "mixed", "padded")
+    logits = torch.from_numpy(rng.standard_normal((37, 300)).astype(np.float32))
+    rows = (torch.full((37,), 1.25), torch.full((37,), 20, dtype=torch.int64),
+            torch.full((37,), 0.9), torch.zeros(37))
+    from tests.tree_cases import make_tree_case
+    tree = make_tree_case("logits_rsd", 300, 8, B=24, seed=3)
+
+    def run():
+        return (cpu.verify(*args), cpu.verify(*args, method="block", want_rates=True),
+                cpu.sampling_probs(logits, *rows), cpu.verify_tree(**tree))
+
+    def same(a, b):  # bitwise (the rates of an invalid request are NaN)
+        bits = [t.view(torch.int32) if t.dtype == torch.float32 else t for t in a + b]
+        return all(torch.equal(x, y) for x, y in zip(bits[:len(a)], bits[len(a):]))
+
+    want = _with_threads(1, run)
+    for n in (2, 3, 7):
+        got = _with_threads(n, run)
+        assert all(same(w, g) for w, g in zip(want, got)), n
+    results = [None, None]
+
+    def caller(i):
+        results[i] = run()
+
+    def both():
+        ts = [threading.Thread(target=caller, args=(i,)) for i in (0, 1)]
+        for t in ts:
+            t.start()
+        for t in ts:
+            t.join()
+
+    _with_threads(2, both)
+    for got in results:
+        assert all(same(w, g) for w, g in zip(want, got))
+
+
+_FORK_SCRIPT = r"""
+import os, sys, torch
+from specops.backends import cpu
+torch.set_num_threads(2)
+g = torch.Generator().manual_seed(0)
+B, K, V = 16, 3, 500
+zero = torch.zeros(B, dtype=torch.int64)
+args = (torch.randn(B * (K + 1), V, generator=g), False, torch.arange(B) * (K + 1),
+        torch.randint(0, V, (B * K,), generator=g), torch.arange(B) * K, torch.full((B,), K),
+        None, False, 1.25, 0, 1.0, 0.0, 0, 0, K)
+want = cpu.verify(*args)          # the parent's pool has started its worker
+pid = os.fork()
+if pid == 0:                      # the child: a new pool (the parent's worker is not here)
+    tasks = len(os.listdir("/proc/self/task"))
+    got = cpu.verify(*args)
+    same = all(torch.equal(a, b) for a, b in zip(got, want))
+    os._exit(0 if same and len(os.listdir("/proc/self/task")) > tasks else 3)
+_, status = os.waitpid(pid, 0)
+print("child", os.waitstatus_to_exitcode(status))
+"""
+
+
+@pytest.mark.full  # a subprocess that imports torch and forks
+def test_pool_works_after_fork():
+    """A forked child (engines fork their workers) runs parallel calls on a pool of its own
+    (it starts a worker thread: the parent's are not in the child), with the same tokens."""
+    r = subprocess.run([sys.executable, "-c", _FORK_SCRIPT], capture_output=True, text=True,
+                       timeout=300)
+    assert r.returncode == 0 and r.stdout.strip() == "child 0", (r.stdout, r.stderr)
+
+
 def test_verify_strided_target_and_batch_invariance(isa):
     rng = np.random.default_rng(12)
     B, K, V = 6, 3, 200
@@ -502,7 +585,7 @@ def test_bad_fields_are_value_errors():
                 num_draft=col, inv_temp=fcol, top_k=col, top_p=fcol, min_p=fcol, seed=col,
                 offset=col, forced_num_accepted=None, B=1, max_k=1, block=False,
                 out_tokens=out.data_ptr(), out_num_accepted=out.data_ptr() + 8,
-                out_valid=out.data_ptr() + 12, out_rates=0)
+                out_valid=out.data_ptr() + 12, out_rates=0, threads=1)
     _C.verify(**good)
     for key, bad, says in (
             ("target", (t.data_ptr(), 7, 2, 5, 5), "target: bad dtype code"),
@@ -513,6 +596,7 @@ def test_bad_fields_are_value_errors():
             ("draft_ids", (0, 1, 4), "draft_ids: null address"),
             ("out_valid", 0, "out_valid: null address"),
             ("block", 1, "block must be a bool"),
+            ("threads", 0, "threads must be >= 1"),
             ("B", -1, "B must be >= 0")):
         with pytest.raises(ValueError, match=re.escape(says)):
             _C.verify(**{**good, key: bad})
@@ -528,13 +612,14 @@ def test_bad_fields_are_value_errors():
         _C.verify(*good.values())
     with pytest.raises(ValueError, match="sampling_probs: missing field 'out_probs'"):
         _C.sampling_probs(logits=mat, inv_temp=1.0, top_k=0, top_p=1.0, min_p=0.0,
-                          out_valid=out.data_ptr())
+                          out_valid=out.data_ptr(), threads=1)
     with pytest.raises(ValueError, match="verify_tree: unknown field 'method'"):
         _C.verify_tree(target=mat, target_is_probs=False, draft=None, draft_is_probs=False,
                        node_ids=col, parents=col, num_nodes=1, inv_temp=1.0, top_k=0,
                        top_p=1.0, min_p=0.0, seed=0, offset=0, B=1, N=2, max_depth=1,
                        mss=False, out_tokens=out.data_ptr(), out_num_accepted=out.data_ptr(),
-                       out_nodes=out.data_ptr(), out_valid=out.data_ptr(), method="rsd")
+                       out_nodes=out.data_ptr(), out_valid=out.data_ptr(), threads=1,
+                       method="rsd")
 
 
 # ----------------------------------------------------------------------------- fuzz safety

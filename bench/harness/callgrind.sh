@@ -3,10 +3,11 @@
 # suite's inputs:
 #   bash bench/harness/callgrind.sh [setting ...]          callgrind, 2 calls per setting
 #   SPECOPS_HARNESS_TIME=20 bash bench/harness/callgrind.sh  no valgrind: best of 20 calls
-#   (+ SPECOPS_HARNESS_FLUSH=512: 512 MB written before each call, so the inputs are cold)
+#   (+ SPECOPS_HARNESS_FLUSH=512: 512 MB written before each call, so the inputs are cold;
+#    + SPECOPS_HARNESS_THREADS=2: requests on two threads of specops' pool)
 # (default settings: every one of bench/real.py).  Builds the torch-free C++ (csrc/, the
-# extension's flags + -g, no OpenMP: one thread) with bench/harness/verify_harness.cpp, dumps
-# each setting's inputs with `python -m bench.cpu_profile --dump`, and prints the exclusive
+# extension's flags + -g; one thread unless SPECOPS_HARNESS_THREADS says more) with
+# bench/harness/verify_harness.cpp, dumps each setting's inputs with `python -m bench.cpu_profile --dump`, and prints the exclusive
 # instruction counts of the passes (bench/harness/fold.py).  Needs valgrind for the counts.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -24,9 +25,10 @@ for lvl in 0 1 2 3; do  # the per-level sources (CMakeLists.txt: SPECOPS_ISA_SOU
   done
 done
 wait
-g++ $FLAGS -DSPECOPS_WITH_SSE2 -DSPECOPS_WITH_AVX2 -DSPECOPS_WITH_AVX512 -o "$OUT/verify_harness" \
-  bench/harness/verify_harness.cpp csrc/simd/isa.cpp csrc/transform/*.cpp csrc/draw/draw.cpp \
-  csrc/verify/verify.cpp csrc/verify/block_rows.cpp "${objs[@]}"
+g++ $FLAGS -pthread -DSPECOPS_WITH_SSE2 -DSPECOPS_WITH_AVX2 -DSPECOPS_WITH_AVX512 \
+  -o "$OUT/verify_harness" bench/harness/verify_harness.cpp csrc/core/parallel.cpp \
+  csrc/simd/isa.cpp csrc/transform/*.cpp csrc/draw/draw.cpp csrc/verify/verify.cpp \
+  csrc/verify/block_rows.cpp "${objs[@]}"
 settings=("$@")
 [ ${#settings[@]} -gt 0 ] || settings=(greedy t0.8 t0.8+top_p0.95 t0.8+top_k50 t0.8+min_p0.05)
 for s in "${settings[@]}"; do

@@ -52,6 +52,9 @@ int main(int argc, char** argv) {
   a.offset = {zero.data(), 1, false};
   a.B = B;
   a.max_k = K;
+  // SPECOPS_HARNESS_THREADS=n: requests on n threads (specops' pool, core/parallel.cpp)
+  const char* nt = std::getenv("SPECOPS_HARNESS_THREADS");
+  a.threads = nt ? std::atoi(nt) : 1;
   std::vector<int32_t> tok((size_t)(B * (K + 1)), 0), nacc((size_t)B, 0);
   std::vector<uint8_t> valid((size_t)B, 0);
   a.out_tokens = tok.data();

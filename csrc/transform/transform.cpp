@@ -122,9 +122,9 @@ int64_t greedy_argmax_row(const Mat& m, int64_t r, float* buf) {
 
 // ------------------------------------------------------------------ entry points
 void sampling_probs(const Mat& lg, const TransformParams& prm, float* out_probs,
-                    uint8_t* out_valid) {
+                    uint8_t* out_valid, int threads) {
   const int64_t V = lg.cols;
-  parallel_for(lg.rows, [&](int64_t i) {
+  parallel_for(lg.rows, threads, [&](int64_t i) {
     float* out = out_probs + i * V;
     out_valid[i] = 0;
     const float inv_t = prm.inv_temp[i];

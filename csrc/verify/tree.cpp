@@ -231,7 +231,7 @@ class TreeWalk {
 }  // namespace
 
 void verify_tree(const TreeArgs& a) {
-  parallel_for(a.B, [&](int64_t b) { TreeWalk(a, b, work(), tree_work()).run(); });
+  parallel_for(a.B, a.threads, [&](int64_t b) { TreeWalk(a, b, work(), tree_work()).run(); });
 }
 
 }  // namespace specops

@@ -298,7 +298,7 @@ class Walk {
 }  // namespace
 
 void verify(const VerifyArgs& a) {
-  parallel_for(a.B, [&](int64_t b) { Walk(a, b, work()).run(); });
+  parallel_for(a.B, a.threads, [&](int64_t b) { Walk(a, b, work()).run(); });
 }
 
 }  // namespace specops

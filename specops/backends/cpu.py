@@ -11,7 +11,10 @@ Per-request [B] tensors are read in place with their stride (stride 0, a scalar 
 ``.expand(B)``, included): nothing is copied unless a tensor is not a CPU tensor of an
 accepted dtype.  Every tensor whose address is passed is held in a local variable until the
 call returns, and outputs are allocated here.  The native code releases the GIL, never
-allocates on the hot path, and bounds-checks every row index.
+allocates on the hot path, and bounds-checks every row index.  Requests (rows) run on at
+most ``torch.get_num_threads()`` threads: the caller's and the workers of specops' own pool
+(std::threads, no OpenMP runtime), so ``torch.set_num_threads`` / ``OMP_NUM_THREADS`` govern
+specops as they govern torch.
 
 The ISA level of the native passes is chosen when ``specops._C`` loads:
 ``SPECOPS_CPU_ISA=scalar|sse2|avx2|avx512`` (default: the best this CPU runs).  A level that
@@ -138,7 +141,8 @@ def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start
             forced_num_accepted, I64, B, "forced_num_accepted", keep, True),
         block=method == "block",
         out_tokens=tok.data_ptr(), out_num_accepted=nacc.data_ptr(),
-        out_valid=valid.data_ptr(), out_rates=outs[3].data_ptr() if want_rates else 0)
+        out_valid=valid.data_ptr(), out_rates=outs[3].data_ptr() if want_rates else 0,
+        threads=torch.get_num_threads())
     if native is not None:
         return r, keep + [tgt, dr], outs
     del keep
@@ -158,7 +162,8 @@ def sampling_probs(logits, inv_temp, top_k, top_p, min_p):
         top_k=_col(top_k, torch.int64, N, "top_k", keep, True),
         top_p=_col(top_p, torch.float32, N, "top_p", keep),
         min_p=_col(min_p, torch.float32, N, "min_p", keep),
-        out_probs=probs.data_ptr(), out_valid=valid.data_ptr())
+        out_probs=probs.data_ptr(), out_valid=valid.data_ptr(),
+        threads=torch.get_num_threads())
     del keep
     return probs.to(dev), valid.to(dev)
 
@@ -204,7 +209,8 @@ def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, dr
         offset=_col(offset, I64, B, "offset", keep, True),
         mss=method == "mss",
         out_tokens=tok.data_ptr(), out_num_accepted=nacc.data_ptr(),
-        out_nodes=nodes.data_ptr(), out_valid=valid.data_ptr())
+        out_nodes=nodes.data_ptr(), out_valid=valid.data_ptr(),
+        threads=torch.get_num_threads())
     del keep
     out = (tok, nacc, nodes, valid)
     return out if dev.type == "cpu" else tuple(t.to(dev) for t in out)
