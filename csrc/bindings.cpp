@@ -106,29 +106,6 @@ class Fields {
   size_t n_read_ = 0;
 };
 
-// An entry point that takes its fields by keyword: fn(Fields&) run as a METH_FASTCALL |
-// METH_KEYWORDS function (pybind11's dispatcher would build a dict of the keywords first:
-// ~2 us a call, against ~0.1 us here), its C++ exceptions turned into Python ones as pybind11
-// would (invalid_argument: ValueError).
-template <void (*fn)(Fields&), const char* name>
-PyObject* keyword_entry(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs,
-                        PyObject* kwnames) {
-  try {
-    Fields f(args, nargs, kwnames, name);
-    fn(f);
-    Py_RETURN_NONE;
-  } catch (py::error_already_set& e) {
-    e.restore();
-  } catch (const std::invalid_argument& e) {
-    PyErr_SetString(PyExc_ValueError, e.what());
-  } catch (const std::bad_alloc&) {
-    PyErr_NoMemory();
-  } catch (const std::exception& e) {
-    PyErr_SetString(PyExc_RuntimeError, e.what());
-  }
-  return nullptr;
-}
-
 // The field `name` of `fields` (the key interned at its first use).
 #define SPECOPS_FIELD(fields, name)                                          \
   (fields).get(                                                              \
@@ -284,21 +261,77 @@ specops::TransformParams transform_params(Fields& f, int64_t n, Scalars& s) {
   return p;
 }
 
+// An entry point that takes its fields by keyword, run as a METH_FASTCALL | METH_KEYWORDS
+// function (pybind11's dispatcher would build a dict of the keywords first: ~2 us a call,
+// against ~0.1 us here): parse reads the kernel's arguments (the per-request numbers into
+// `sc`, alive for the call), then `threads`, then the kernel runs with the GIL released.  C++
+// exceptions become Python ones as pybind11 would make them (invalid_argument: ValueError).
+template <class Args, Args (*parse)(Fields&, Scalars&), void (*run)(const Args&),
+          const char* name>
+PyObject* keyword_entry(PyObject* /*module*/, PyObject* const* args, Py_ssize_t nargs,
+                        PyObject* kwnames) {
+  try {
+    specops::check_isa_env();
+    Fields f(args, nargs, kwnames, name);
+    Scalars sc;
+    Args a = parse(f, sc);
+    a.threads = threads(SPECOPS_FIELD(f, threads));
+    f.no_other_fields();
+    {
+      py::gil_scoped_release nogil;
+      run(a);
+    }
+    Py_RETURN_NONE;
+  } catch (py::error_already_set& e) {
+    e.restore();
+  } catch (const std::invalid_argument& e) {
+    PyErr_SetString(PyExc_ValueError, e.what());
+  } catch (const std::bad_alloc&) {
+    PyErr_NoMemory();
+  } catch (const std::exception& e) {
+    PyErr_SetString(PyExc_RuntimeError, e.what());
+  }
+  return nullptr;
+}
+
+template <class Args, Args (*parse)(Fields&, Scalars&), void (*run)(const Args&),
+          const char* name>
+PyMethodDef keyword_method(const char* doc) {
+  return {name,
+          reinterpret_cast<PyCFunction>(
+              reinterpret_cast<void (*)()>(&keyword_entry<Args, parse, run, name>)),
+          METH_FASTCALL | METH_KEYWORDS, doc};
+}
+
 constexpr char kVerify[] = "verify";
 constexpr char kVerifyTree[] = "verify_tree";
 constexpr char kSamplingProbs[] = "sampling_probs";
 
-void verify_entry(Fields& f) {
-  specops::check_isa_env();
-  specops::VerifyArgs a;
-  Scalars sc;
-  a.B = count(SPECOPS_FIELD(f, B));
-  a.max_k = count(SPECOPS_FIELD(f, max_k));
-  const int64_t B = a.B;
+// The target and draft matrices of verify / verify_tree (VerifyArgs, TreeArgs).
+template <class A>
+void read_matrices(Fields& f, A& a) {
   a.target_is_probs = flag(SPECOPS_FIELD(f, target_is_probs));
   a.target = matrix(SPECOPS_FIELD(f, target), a.target_is_probs);
   a.draft_is_probs = flag(SPECOPS_FIELD(f, draft_is_probs));
   a.draft = matrix(SPECOPS_FIELD(f, draft), a.draft_is_probs);
+}
+
+constexpr char kVerifyDoc[] =
+    "The fused verify walk (reference.verify_rows_ref).  fields, by name: target, draft "
+    "(matrix views; draft None: point-mass drafts), target_is_probs, draft_is_probs (bool); "
+    "draft_ids (column view) and num_ids; per request: target_row_start, draft_row_start, "
+    "num_draft, inv_temp, top_k, top_p, min_p, seed, offset (column views; the last six may "
+    "be a Python float / int shared by every request), forced_num_accepted (column view or "
+    "None); B, max_k; block (bool: block verification, section 9); outputs (addresses): "
+    "out_tokens [B, max_k + 1] int32, out_num_accepted [B] int32, out_valid [B] bool, "
+    "out_rates [B, max_k] float32 (section 10) or 0; threads: requests run on at most this "
+    "many threads.";
+specops::VerifyArgs parse_verify(Fields& f, Scalars& sc) {
+  specops::VerifyArgs a;
+  a.B = count(SPECOPS_FIELD(f, B));
+  a.max_k = count(SPECOPS_FIELD(f, max_k));
+  const int64_t B = a.B;
+  read_matrices(f, a);
   const int64_t num_ids = count(SPECOPS_FIELD(f, num_ids));
   a.draft_ids = int_column(SPECOPS_FIELD(f, draft_ids), num_ids);
   a.num_ids = a.draft_ids.ptr ? num_ids : 0;
@@ -317,24 +350,25 @@ void verify_entry(Fields& f) {
   a.out_num_accepted = address<int32_t>(SPECOPS_FIELD(f, out_num_accepted), B);
   a.out_valid = address<uint8_t>(SPECOPS_FIELD(f, out_valid), B);
   a.out_rates = address<float>(SPECOPS_FIELD(f, out_rates), B * a.max_k, true);
-  a.threads = threads(SPECOPS_FIELD(f, threads));
-  f.no_other_fields();
-  py::gil_scoped_release nogil;
-  specops::verify(a);
+  return a;
 }
 
-void verify_tree_entry(Fields& f) {
-  specops::check_isa_env();
+constexpr char kVerifyTreeDoc[] =
+    "Tree verification (reference.verify_tree_ref, section 11).  fields, by name: target, "
+    "draft (matrix views [B * N, V]; draft None: point-mass drafts), target_is_probs, "
+    "draft_is_probs (bool); node_ids, parents (column views of B * N entries, node n of "
+    "request b at b * N + n); per request: num_nodes, inv_temp, top_k, top_p, min_p, seed, "
+    "offset (column views, or a Python number shared by every request); B, N, max_depth; "
+    "mss (bool: method 'mss', else 'rsd'); outputs (addresses): out_tokens "
+    "[B, max_depth + 1] int32, out_num_accepted [B] int32, out_nodes [B, max_depth] int32, "
+    "out_valid [B] bool; threads: requests run on at most this many threads.";
+specops::TreeArgs parse_verify_tree(Fields& f, Scalars& sc) {
   specops::TreeArgs a;
-  Scalars sc;
   a.B = count(SPECOPS_FIELD(f, B));
   a.N = count(SPECOPS_FIELD(f, N));
   a.max_depth = count(SPECOPS_FIELD(f, max_depth));
   const int64_t B = a.B, BN = a.B * a.N;
-  a.target_is_probs = flag(SPECOPS_FIELD(f, target_is_probs));
-  a.target = matrix(SPECOPS_FIELD(f, target), a.target_is_probs);
-  a.draft_is_probs = flag(SPECOPS_FIELD(f, draft_is_probs));
-  a.draft = matrix(SPECOPS_FIELD(f, draft), a.draft_is_probs);
+  read_matrices(f, a);
   // node n of request b is row b * N + n: the kernel indexes the matrices by that alone
   if (BN > 0 && (!a.target.ptr || a.target.rows != BN))
     fail("verify_tree: target must have B * N rows");
@@ -352,23 +386,34 @@ void verify_tree_entry(Fields& f) {
   a.out_num_accepted = address<int32_t>(SPECOPS_FIELD(f, out_num_accepted), B);
   a.out_nodes = address<int32_t>(SPECOPS_FIELD(f, out_nodes), B * a.max_depth);
   a.out_valid = address<uint8_t>(SPECOPS_FIELD(f, out_valid), B);
-  a.threads = threads(SPECOPS_FIELD(f, threads));
-  f.no_other_fields();
-  py::gil_scoped_release nogil;
-  specops::verify_tree(a);
+  return a;
 }
 
-void sampling_probs_entry(Fields& f) {
-  specops::check_isa_env();
-  Scalars sc;
-  const Mat lg = matrix(SPECOPS_FIELD(f, logits), false);
-  const specops::TransformParams p = transform_params(f, lg.rows, sc);
-  float* probs = address<float>(SPECOPS_FIELD(f, out_probs), lg.rows * lg.cols);
-  uint8_t* valid = address<uint8_t>(SPECOPS_FIELD(f, out_valid), lg.rows);
-  const int nt = threads(SPECOPS_FIELD(f, threads));
-  f.no_other_fields();
-  py::gil_scoped_release nogil;
-  specops::sampling_probs(lg, p, probs, valid, nt);
+constexpr char kSamplingProbsDoc[] =
+    "fields, by name: logits (matrix view [N, V]); inv_temp, top_k, top_p, min_p (column "
+    "views of N rows, or a Python number shared by every row); outputs (addresses): "
+    "out_probs [N, V] float32 (contiguous), out_valid [N] bool; threads: rows run on at "
+    "most this many threads.";
+// sampling_probs' arguments (kernels.h takes them one by one).
+struct SamplingArgs {
+  Mat logits;
+  specops::TransformParams params;
+  float* out_probs = nullptr;
+  uint8_t* out_valid = nullptr;
+  int threads = 1;
+};
+
+SamplingArgs parse_sampling_probs(Fields& f, Scalars& sc) {
+  SamplingArgs a;
+  a.logits = matrix(SPECOPS_FIELD(f, logits), false);
+  a.params = transform_params(f, a.logits.rows, sc);
+  a.out_probs = address<float>(SPECOPS_FIELD(f, out_probs), a.logits.rows * a.logits.cols);
+  a.out_valid = address<uint8_t>(SPECOPS_FIELD(f, out_valid), a.logits.rows);
+  return a;
+}
+
+void run_sampling_probs(const SamplingArgs& a) {
+  specops::sampling_probs(a.logits, a.params, a.out_probs, a.out_valid, a.threads);
 }
 
 py::dict constants() {
@@ -406,37 +451,13 @@ PYBIND11_MODULE(_C, m) {
   m.attr("BINDING_VERSION") = kBindingVersion;
 
   // the kernel entries take their fields by keyword (see keyword_entry)
+  // the kernel entries take their fields by keyword (see keyword_entry)
   static PyMethodDef entries[] = {
-      {kVerify, reinterpret_cast<PyCFunction>(
-                    reinterpret_cast<void (*)()>(&keyword_entry<verify_entry, kVerify>)),
-       METH_FASTCALL | METH_KEYWORDS,
-       "The fused verify walk (reference.verify_rows_ref).  fields, by name: target, draft "
-       "(matrix views; draft None: point-mass drafts), target_is_probs, draft_is_probs (bool); "
-       "draft_ids (column view) and num_ids; per request: target_row_start, draft_row_start, "
-       "num_draft, inv_temp, top_k, top_p, min_p, seed, offset (column views; the last six may "
-       "be a Python float / int shared by every request), forced_num_accepted (column view or "
-       "None); B, max_k; block (bool: block verification, section 9); outputs (addresses): "
-       "out_tokens [B, max_k + 1] int32, out_num_accepted [B] int32, out_valid [B] bool, "
-       "out_rates [B, max_k] float32 (section 10) or 0; threads: requests run on at most this "
-       "many threads."},
-      {kVerifyTree, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
-                        &keyword_entry<verify_tree_entry, kVerifyTree>)),
-       METH_FASTCALL | METH_KEYWORDS,
-       "Tree verification (reference.verify_tree_ref, section 11).  fields, by name: target, "
-       "draft (matrix views [B * N, V]; draft None: point-mass drafts), target_is_probs, "
-       "draft_is_probs (bool); node_ids, parents (column views of B * N entries, node n of "
-       "request b at b * N + n); per request: num_nodes, inv_temp, top_k, top_p, min_p, seed, "
-       "offset (column views, or a Python number shared by every request); B, N, max_depth; "
-       "mss (bool: method 'mss', else 'rsd'); outputs (addresses): out_tokens "
-       "[B, max_depth + 1] int32, out_num_accepted [B] int32, out_nodes [B, max_depth] int32, "
-       "out_valid [B] bool; threads: requests run on at most this many threads."},
-      {kSamplingProbs, reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(
-                           &keyword_entry<sampling_probs_entry, kSamplingProbs>)),
-       METH_FASTCALL | METH_KEYWORDS,
-       "fields, by name: logits (matrix view [N, V]); inv_temp, top_k, top_p, min_p (column "
-       "views of N rows, or a Python number shared by every row); outputs (addresses): "
-       "out_probs [N, V] float32 (contiguous), out_valid [N] bool; threads: rows run on at "
-       "most this many threads."},
+      keyword_method<specops::VerifyArgs, parse_verify, specops::verify, kVerify>(kVerifyDoc),
+      keyword_method<specops::TreeArgs, parse_verify_tree, specops::verify_tree, kVerifyTree>(
+          kVerifyTreeDoc),
+      keyword_method<SamplingArgs, parse_sampling_probs, run_sampling_probs, kSamplingProbs>(
+          kSamplingProbsDoc),
   };
   for (PyMethodDef& def : entries) {
     PyObject* fn = PyCFunction_NewEx(&def, nullptr, m.attr("__name__").ptr());
