@@ -1,10 +1,12 @@
 // The process-wide worker pool behind parallel_for (core/parallel.h).
 //
-// A job lives on its caller's stack.  The caller publishes it (under the pool's mutex, with a
-// new generation number), wakes the workers and takes items itself; a worker joins the job
-// under the mutex while it is the current one (counting itself in `users`) and leaves it when
-// no item is left.  The caller returns once every item is finished, the job is withdrawn and
-// no worker is inside it, so no worker ever touches a finished job.
+// One job at a time lives in the pool's slot.  Items are claimed through one 64-bit word,
+// (job number << 40) | next item, by compare-and-swap, and the caller closes the word when
+// the job ends: a worker that wakes late, after its job has ended, finds a closed word or
+// another job number there and claims nothing, so the caller never waits for a worker that
+// is not running one of its items.  The caller publishes the job,
+// wakes the workers, takes items itself and returns when the last item is finished (its
+// finisher wakes the caller if the caller has stopped spinning).
 //
 // Idle workers spin for kSpin (calls that follow each other closely find them awake), then
 // sleep on a condition variable: unlike an OpenMP runtime's default wait (milliseconds of
@@ -28,6 +30,8 @@ namespace {
 
 constexpr auto kSpin = std::chrono::microseconds(50);
 constexpr int kMaxThreads = 256;
+constexpr int kItemBits = 40;  // items per job < 2^40; the job number takes the other 24 bits
+constexpr uint64_t kItemMask = (uint64_t(1) << kItemBits) - 1;
 
 inline void cpu_relax() {
 #if defined(__x86_64__) || defined(__i386__)
@@ -35,61 +39,72 @@ inline void cpu_relax() {
 #endif
 }
 
-struct Job {
-  void (*body)(void*, int64_t);
-  void* ctx;
-  int64_t n;
-  int threads;                   // the caller and workers 1 .. threads - 1 take part
-  std::atomic<int64_t> next{0};  // the next item to hand out
-  std::atomic<int64_t> left{0};  // items not finished
-  std::atomic<int> users{0};     // workers inside the job
-  std::atomic<bool> failed{false};
-  std::exception_ptr error;  // the first exception (written by the thread that set `failed`)
-
-  void work() {
-    for (int64_t i; (i = next.fetch_add(1, std::memory_order_relaxed)) < n;) {
-      try {
-        body(ctx, i);
-      } catch (...) {
-        if (!failed.exchange(true)) error = std::current_exception();
-      }
-      left.fetch_sub(1, std::memory_order_acq_rel);
-    }
+// Spins on `done` for about `d`; true if it held by then.
+template <class Done>
+bool spin_for(std::chrono::microseconds d, Done&& done) {
+  const auto until = std::chrono::steady_clock::now() + d;
+  for (int k = 1;; ++k) {
+    if (done()) return true;
+    cpu_relax();
+    if ((k & 255) == 0 && std::chrono::steady_clock::now() > until) return done();
   }
-};
+}
 
 class Pool {
  public:
   // false: the pool is busy (a job of another thread, or of this one: a nested call)
-  bool try_run(Job& job) {
+  bool try_run(int64_t n, int threads, void (*body)(void*, int64_t), void* ctx) {
     std::unique_lock<std::mutex> busy(busy_, std::try_to_lock);
     if (!busy.owns_lock()) return false;
-    grow(job.threads - 1);
-    job.left.store(job.n, std::memory_order_relaxed);
+    grow(threads - 1);
+    body_ = body;
+    ctx_ = ctx;
+    error_ = nullptr;
+    n_.store(n, std::memory_order_release);  // after the last job's closing store (see work)
+    threads_.store(threads, std::memory_order_relaxed);
+    left_.store(n, std::memory_order_relaxed);
+    job_ = (job_ + 1) & ((uint64_t(1) << (64 - kItemBits)) - 1);
+    const uint64_t first = job_ << kItemBits;
     {
       std::lock_guard<std::mutex> lk(m_);
-      job_ = &job;
-      gen_.store(gen_.load(std::memory_order_relaxed) + 1, std::memory_order_release);
+      word_.store(first, std::memory_order_release);  // publishes the fields above
+      gen_.fetch_add(1, std::memory_order_release);
     }
     wake_.notify_all();
-    job.work();
-    wait_until_zero(job.left);
-    {
-      std::lock_guard<std::mutex> lk(m_);
-      job_ = nullptr;  // no worker joins it from now on
+    work(first, 0);
+    if (!spin_for(kSpin, [&] { return left_.load(std::memory_order_acquire) == 0; })) {
+      std::unique_lock<std::mutex> lk(done_m_);
+      done_cv_.wait(lk, [&] { return left_.load(std::memory_order_acquire) == 0; });
     }
-    wait_until_zero(job.users);
+    // Closed: a worker still holding this job's last word (which it compares with the next
+    // job's n) can no longer claim through it.
+    word_.store(first | kItemMask, std::memory_order_relaxed);
+    if (error_) std::rethrow_exception(error_);
     return true;
   }
 
  private:
-  template <class T>
-  static void wait_until_zero(const std::atomic<T>& x) {
-    for (int k = 0; x.load(std::memory_order_acquire) != 0; ++k) {
-      if (k < 4096)
-        cpu_relax();
-      else
-        std::this_thread::yield();
+  // Claims and runs items of the job whose first word is `first` (id: 0 the caller, else a
+  // worker), until none is left or another job holds the word.
+  void work(uint64_t first, int id) {
+    for (uint64_t w = word_.load(std::memory_order_acquire);;) {
+      // (n_ may already be the next job's: then this job was closed first, and the
+      // compare-and-swap below fails on the closed word)
+      if ((w & ~kItemMask) != first || id >= threads_.load(std::memory_order_relaxed) ||
+          int64_t(w & kItemMask) >= n_.load(std::memory_order_acquire))
+        return;
+      if (!word_.compare_exchange_weak(w, w + 1, std::memory_order_acq_rel)) continue;
+      try {  // (the job cannot end before this item: its fields are stable here)
+        body_(ctx_, int64_t(w & kItemMask));
+      } catch (...) {
+        std::lock_guard<std::mutex> lk(done_m_);
+        if (!error_) error_ = std::current_exception();
+      }
+      if (left_.fetch_sub(1, std::memory_order_acq_rel) == 1) {  // the job's last item
+        std::lock_guard<std::mutex> lk(done_m_);
+        done_cv_.notify_one();
+      }
+      w = word_.load(std::memory_order_acquire);
     }
   }
 
@@ -101,32 +116,32 @@ class Pool {
 
   void worker(int id, uint64_t seen) {
     for (;;) {
-      const auto until = std::chrono::steady_clock::now() + kSpin;
-      for (int k = 0; gen_.load(std::memory_order_acquire) == seen; ++k) {
-        cpu_relax();
-        if ((k & 255) == 255 && std::chrono::steady_clock::now() > until) break;
-      }
-      Job* job;
-      {
+      if (!spin_for(kSpin, [&] { return gen_.load(std::memory_order_acquire) != seen; })) {
         std::unique_lock<std::mutex> lk(m_);
         wake_.wait(lk, [&] { return gen_.load(std::memory_order_relaxed) != seen; });
-        seen = gen_.load(std::memory_order_relaxed);
-        job = job_ && id < job_->threads ? job_ : nullptr;
-        if (job) job->users.fetch_add(1, std::memory_order_relaxed);
       }
-      if (job) {
-        job->work();
-        job->users.fetch_sub(1, std::memory_order_release);
-      }
+      seen = gen_.load(std::memory_order_relaxed);
+      work(word_.load(std::memory_order_acquire) & ~kItemMask, id);
     }
   }
 
   std::mutex busy_;  // one job at a time
-  std::mutex m_;     // job_ and the wake-ups
+  // the job (written by its caller under busy_ before word_ is published)
+  void (*body_)(void*, int64_t) = nullptr;
+  void* ctx_ = nullptr;
+  std::exception_ptr error_;  // the first exception of an item (under done_m_)
+  std::atomic<int64_t> n_{0};
+  std::atomic<int> threads_{0};  // the caller and workers 1 .. threads - 1 take items
+  std::atomic<int64_t> left_{0};  // items not finished
+  std::atomic<uint64_t> word_{0};  // (job number << kItemBits) | next item
+  uint64_t job_ = 0;
+  // waking the workers (gen_: one more per job, bumped under m_) and the caller
+  std::mutex m_;
   std::condition_variable wake_;
-  Job* job_ = nullptr;
-  std::atomic<uint64_t> gen_{0};  // one more per job (written under m_)
-  int started_ = 0;               // workers started (under busy_)
+  std::atomic<uint64_t> gen_{0};
+  std::mutex done_m_;
+  std::condition_variable done_cv_;
+  int started_ = 0;  // workers started (under busy_)
 };
 
 // The pool, created at first use; never destroyed (detached workers may outlive static
@@ -150,15 +165,8 @@ Pool& pool() {
 }  // namespace
 
 void parallel_run(int64_t n, int threads, void (*body)(void*, int64_t), void* ctx) {
-  Job job;
-  job.body = body;
-  job.ctx = ctx;
-  job.n = n;
-  job.threads = int(std::min<int64_t>({n, int64_t(threads), int64_t(kMaxThreads)}));
-  if (job.threads > 1 && pool().try_run(job)) {
-    if (job.failed.load()) std::rethrow_exception(job.error);
-    return;
-  }
+  const int t = int(std::min<int64_t>({n, int64_t(threads), int64_t(kMaxThreads)}));
+  if (t > 1 && n <= int64_t(kItemMask) && pool().try_run(n, t, body, ctx)) return;
   for (int64_t i = 0; i < n; ++i) body(ctx, i);
 }
 

@@ -11,10 +11,10 @@
 namespace specops {
 
 // Runs body(ctx, i) for every i in [0, n), items handed out one at a time (requests differ in
-// cost), on at most `threads` threads including the caller; returns when all are done.  The
-// first exception an item throws is rethrown here once every item has run.  Runs serially in
-// the caller where the pool is busy: inside another parallel_for, or while another thread's
-// parallel_for holds it.
+// cost), on at most `threads` threads including the caller; returns when all are done.  An
+// item's exception (the first) is rethrown here; which other items ran is then unspecified.
+// Runs serially in the caller where the pool is busy: inside another parallel_for, or while
+// another thread's parallel_for holds it.
 void parallel_run(int64_t n, int threads, void (*body)(void*, int64_t), void* ctx);
 
 template <class F>
