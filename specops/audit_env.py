@@ -129,7 +129,8 @@ def build_lines(build: dict) -> List[str]:
         chosen = f"{c['isa']} ({why})" if c["isa"] else f"none: {c['error']}"
         cpp = (f"C++ extension: ISA {chosen} of {', '.join(c['isa_levels'])}; "
                + (f"OpenMP, {build['openmp_threads']} threads ({build['openmp_threads_from']})"
-                  if c["openmp"] else "no OpenMP"))
+                  if c["openmp"] else f"requests on up to {build['torch_threads']} threads "
+                  "(its own pool, as many as torch.get_num_threads())"))
     return [f"specops {build['version']} (Python {build['python']}, torch {build['torch']} "
             f"with {build['torch_threads']} threads, numpy {build['numpy']}, Triton "
             f"{build['triton'] or 'not installed'}, CUDA {'yes' if build['cuda'] else 'no'})",
