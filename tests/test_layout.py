@@ -125,8 +125,7 @@ PY_MAX, CPP_MAX = 700, 600
 # Files over the limit today, with the most lines they may have: the list may only shrink.
 # Drop a file once it is back under the limit; lower its number whenever it gets shorter.
 OVERSIZED = {
-    "csrc/simd/passes.cpp": 665,          # the per-ISA passes (code review F10, §2)
-    "tests/test_cpu_native.py": 784,      # the test suite's restructuring (review §3, F7)
+    "tests/test_cpu_native.py": 771,      # the test suite's restructuring (review §3, F7)
 }
 VENDORED = ("tests/integrations/vllm_upstream/",)      # vLLM's own files, kept verbatim
 

@@ -4,7 +4,9 @@ Every output (token_ids, num_accepted, accepted_nodes, valid) of ``backends.cpu.
 must equal ``backends.reference.verify_tree`` (``reference_tree.verify_tree_ref``) exactly:
 the random cases of tests/tree_cases.py over many seeds, low-precision logits, Python-scalar
 parameters, every ISA level of the native passes, and hand-made edge cases (unusable draft
-rows, invalid target rows, malformed trees).
+rows, invalid target rows, malformed trees).  Also the float64 passes over the VecD lanes
+(simd/draw_passes.cpp) against numpy at every ISA level: the tree's residual update and
+block verification's residual mass.
 """
 import pytest
 import torch
@@ -101,6 +103,31 @@ def test_update_pass_bitwise(isa):
         assert np.array_equal(got, want), (isa, y, np.flatnonzero(got != want)[:5])
         blocks = [int(want[k:k + 1024].sum()) for k in range(0, V, 1024)]
         assert [int(x) for x in sums] == blocks and total == sum(blocks), (isa, y)
+
+
+def test_block_mass_pass_bitwise(isa):
+    """Block verification's float64 residual mass (a per-ISA pass over VecD lanes, section 9)
+    equals numpy's float64 arithmetic: trunc(d 2^60) with d = rho p - max(q, 0) where
+    rho p > q, per kDrawBlock block; q with negatives and NaN, q absent, a ragged tail."""
+    import numpy as np
+    _C = specops._C
+    rng = np.random.default_rng(["scalar", "sse2", "avx2", "avx512"].index(isa))
+    V = 2 * 1024 + 37
+    p = rng.dirichlet(np.full(V, 0.05)).astype(np.float32)
+    p[rng.integers(0, V, 100)] = 0.0
+    q = rng.dirichlet(np.full(V, 0.05)).astype(np.float32)
+    q[rng.integers(0, V, 50)] = -0.25
+    q[rng.integers(0, V, 5)] = np.nan
+    for qq in (q, None):
+        for rho in (1.0, 0.7390851332151607, 2.0 ** -20):
+            a = rho * p.astype(np.float64)
+            b = np.zeros(V) if qq is None else qq.astype(np.float64)
+            with np.errstate(invalid="ignore"):
+                d = np.where(a > b, a - np.where(b > 0, b, 0.0), 0.0)
+            w = np.trunc(d * 2.0 ** 60).astype(np.int64)
+            want = [int(w[k:k + 1024].sum()) for k in range(0, V, 1024)]
+            sums, total = _C.block_mass(p, qq, rho)
+            assert [int(x) for x in sums] == want and total == sum(want), (isa, rho)
 
 
 def test_outcomes_are_exercised():
