@@ -63,7 +63,8 @@ class Fields {
            " positional argument(s)");
   }
   Field get(PyObject* key, const char* name) {
-    const Py_ssize_t i = next_ < n_ && PyTuple_GET_ITEM(names_, next_) == key ? next_ : find(key, name);
+    const bool in_order = next_ < n_ && PyTuple_GET_ITEM(names_, next_) == key;
+    const Py_ssize_t i = in_order ? next_ : find(key, name);
     next_ = i + 1;
     if (n_read_ < kMaxFields) read_[n_read_] = name;
     ++n_read_;
@@ -307,31 +308,30 @@ constexpr char kVerify[] = "verify";
 constexpr char kVerifyTree[] = "verify_tree";
 constexpr char kSamplingProbs[] = "sampling_probs";
 
-// The target and draft matrices of verify / verify_tree (VerifyArgs, TreeArgs).
+// The fields verify and verify_tree (VerifyArgs, TreeArgs) share: the batch size, then the
+// target and draft matrices.
 template <class A>
-void read_matrices(Fields& f, A& a) {
+void read_batch(Fields& f, A& a) {
+  a.B = count(SPECOPS_FIELD(f, B));
   a.target_is_probs = flag(SPECOPS_FIELD(f, target_is_probs));
   a.target = matrix(SPECOPS_FIELD(f, target), a.target_is_probs);
   a.draft_is_probs = flag(SPECOPS_FIELD(f, draft_is_probs));
   a.draft = matrix(SPECOPS_FIELD(f, draft), a.draft_is_probs);
 }
 
-constexpr char kVerifyDoc[] =
-    "The fused verify walk (reference.verify_rows_ref).  fields, by name: target, draft "
-    "(matrix views; draft None: point-mass drafts), target_is_probs, draft_is_probs (bool); "
-    "draft_ids (column view) and num_ids; per request: target_row_start, draft_row_start, "
-    "num_draft, inv_temp, top_k, top_p, min_p, seed, offset (column views; the last six may "
-    "be a Python float / int shared by every request), forced_num_accepted (column view or "
-    "None); B, max_k; block (bool: block verification, section 9); outputs (addresses): "
-    "out_tokens [B, max_k + 1] int32, out_num_accepted [B] int32, out_valid [B] bool, "
-    "out_rates [B, max_k] float32 (section 10) or 0; threads: requests run on at most this "
-    "many threads.";
+constexpr char kVerifyDoc[] = R"(The fused verify walk (reference.verify_rows_ref).  fields, by
+name: target, draft (matrix views; draft None: point-mass drafts), target_is_probs,
+draft_is_probs (bool); draft_ids (column view) and num_ids; per request: target_row_start,
+draft_row_start, num_draft, inv_temp, top_k, top_p, min_p, seed, offset (column views; the last
+six may be a Python float / int shared by every request), forced_num_accepted (column view or
+None); B, max_k; block (bool: block verification, section 9); outputs (addresses): out_tokens
+[B, max_k + 1] int32, out_num_accepted [B] int32, out_valid [B] bool, out_rates [B, max_k]
+float32 (section 10) or 0; threads: requests run on at most this many threads.)";
 specops::VerifyArgs parse_verify(Fields& f, Scalars& sc) {
   specops::VerifyArgs a;
-  a.B = count(SPECOPS_FIELD(f, B));
+  read_batch(f, a);
   a.max_k = count(SPECOPS_FIELD(f, max_k));
   const int64_t B = a.B;
-  read_matrices(f, a);
   const int64_t num_ids = count(SPECOPS_FIELD(f, num_ids));
   a.draft_ids = int_column(SPECOPS_FIELD(f, draft_ids), num_ids);
   a.num_ids = a.draft_ids.ptr ? num_ids : 0;
@@ -353,22 +353,20 @@ specops::VerifyArgs parse_verify(Fields& f, Scalars& sc) {
   return a;
 }
 
-constexpr char kVerifyTreeDoc[] =
-    "Tree verification (reference.verify_tree_ref, section 11).  fields, by name: target, "
-    "draft (matrix views [B * N, V]; draft None: point-mass drafts), target_is_probs, "
-    "draft_is_probs (bool); node_ids, parents (column views of B * N entries, node n of "
-    "request b at b * N + n); per request: num_nodes, inv_temp, top_k, top_p, min_p, seed, "
-    "offset (column views, or a Python number shared by every request); B, N, max_depth; "
-    "mss (bool: method 'mss', else 'rsd'); outputs (addresses): out_tokens "
-    "[B, max_depth + 1] int32, out_num_accepted [B] int32, out_nodes [B, max_depth] int32, "
-    "out_valid [B] bool; threads: requests run on at most this many threads.";
+constexpr char kVerifyTreeDoc[] = R"(Tree verification (reference.verify_tree_ref, section 11).
+fields, by name: target, draft (matrix views [B * N, V]; draft None: point-mass drafts),
+target_is_probs, draft_is_probs (bool); node_ids, parents (column views of B * N entries, node n
+of request b at b * N + n); per request: num_nodes, inv_temp, top_k, top_p, min_p, seed, offset
+(column views, or a Python number shared by every request); B, N, max_depth; mss (bool: method
+'mss', else 'rsd'); outputs (addresses): out_tokens [B, max_depth + 1] int32, out_num_accepted
+[B] int32, out_nodes [B, max_depth] int32, out_valid [B] bool; threads: requests run on at most
+this many threads.)";
 specops::TreeArgs parse_verify_tree(Fields& f, Scalars& sc) {
   specops::TreeArgs a;
-  a.B = count(SPECOPS_FIELD(f, B));
+  read_batch(f, a);
   a.N = count(SPECOPS_FIELD(f, N));
   a.max_depth = count(SPECOPS_FIELD(f, max_depth));
   const int64_t B = a.B, BN = a.B * a.N;
-  read_matrices(f, a);
   // node n of request b is row b * N + n: the kernel indexes the matrices by that alone
   if (BN > 0 && (!a.target.ptr || a.target.rows != BN))
     fail("verify_tree: target must have B * N rows");
@@ -389,11 +387,10 @@ specops::TreeArgs parse_verify_tree(Fields& f, Scalars& sc) {
   return a;
 }
 
-constexpr char kSamplingProbsDoc[] =
-    "fields, by name: logits (matrix view [N, V]); inv_temp, top_k, top_p, min_p (column "
-    "views of N rows, or a Python number shared by every row); outputs (addresses): "
-    "out_probs [N, V] float32 (contiguous), out_valid [N] bool; threads: rows run on at "
-    "most this many threads.";
+constexpr char kSamplingProbsDoc[] = R"(fields, by name: logits (matrix view [N, V]); inv_temp,
+top_k, top_p, min_p (column views of N rows, or a Python number shared by every row); outputs
+(addresses): out_probs [N, V] float32 (contiguous), out_valid [N] bool; threads: rows run on at
+most this many threads.)";
 // sampling_probs' arguments (kernels.h takes them one by one).
 struct SamplingArgs {
   Mat logits;

@@ -109,7 +109,8 @@ g = torch.Generator().manual_seed(0)
 target = torch.randn(B, K + 1, V, generator=g)
 q = torch.softmax(torch.randn(B, K, V, generator=g), -1)
 ids = torch.multinomial(q.view(-1, V), 1, generator=g).view(B, K)
-kw = dict(temperature=0.8, top_p=0.95, seed=torch.arange(B), offset=torch.zeros(B, dtype=torch.long))
+kw = dict(temperature=0.8, top_p=0.95, seed=torch.arange(B),
+          offset=torch.zeros(B, dtype=torch.long))
 cpu = specops.verify_block(target, ids, q, backend="cpu", **kw)
 ref = specops.verify_block(target, ids, q, backend="reference", **kw)
 print(json.dumps({"file": specops.__file__, "backends": specops.available_backends(),

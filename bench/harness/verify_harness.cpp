@@ -78,7 +78,8 @@ int main(int argc, char** argv) {
   }
   const double cpu = double(std::clock() - cpu0) / CLOCKS_PER_SEC / double(calls ? calls : 1);
   std::sort(wall.begin(), wall.end());
-  const double best = wall.empty() ? 0 : wall.front(), median = wall.empty() ? 0 : wall[wall.size() / 2];
+  const double best = wall.empty() ? 0 : wall.front();
+  const double median = wall.empty() ? 0 : wall[wall.size() / 2];
   double acc = 0;
   for (int64_t b = 0; b < B; ++b) acc += nacc[b];
   std::printf("B=%lld K=%lld V=%lld threads=%d calls=%lld mean accepted %.3f hash %llu "

@@ -123,10 +123,9 @@ def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start
     # each lookup a single compare).  A per-request parameter that is already a Python float /
     # int goes in as it is (the engine's common call, spared a function call per parameter).
     r = (native or _C.verify)(
-        B=B, max_k=max_k,
-        target_is_probs=bool(target_is_probs), target=_mat(tgt),
+        B=B, target_is_probs=bool(target_is_probs), target=_mat(tgt),
         draft_is_probs=bool(draft_is_probs), draft=None if dr is None else _mat(dr),
-        num_ids=num_ids, draft_ids=ids,
+        max_k=max_k, num_ids=num_ids, draft_ids=ids,
         target_row_start=_col(target_row_start, I64, B, "target_row_start", keep, True),
         draft_row_start=_col(draft_row_start, I64, B, "draft_row_start", keep, True),
         num_draft=_col(nd, I64, B, "num_draft", keep, True),
@@ -195,9 +194,9 @@ def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, dr
     nodes = torch.empty((B, D), dtype=torch.int32)
     valid = torch.empty(B, dtype=torch.bool)
     _C.verify_tree(  # by keyword, in the order the binding reads them
-        B=B, N=N, max_depth=D,
-        target_is_probs=bool(target_is_probs), target=_mat(tgt),
+        B=B, target_is_probs=bool(target_is_probs), target=_mat(tgt),
         draft_is_probs=bool(draft_is_probs), draft=None if dr is None else _mat(dr),
+        N=N, max_depth=D,
         node_ids=_col(flat[0], I64, B * N, "node_ids", keep, True),
         parents=_col(flat[1], I64, B * N, "parents", keep, True),
         num_nodes=_col(num_nodes, I64, B, "num_nodes", keep, True),
