@@ -8,10 +8,10 @@
 // wakes the workers, takes items itself and returns when the last item is finished (its
 // finisher wakes the caller if the caller has stopped spinning).
 //
-// Idle workers spin for kSpin (calls that follow each other closely find them awake), then
-// sleep on a condition variable: unlike an OpenMP runtime's default wait (milliseconds of
-// spinning after every parallel region), they leave the cores to torch's threads and the
-// engine's soon after a call.  After fork() the child starts a new pool (the parent's workers
+// Idle workers spin for kSpin, then sleep on a condition variable.  1 ms: a call that follows
+// within it finds them awake (with 50 or 200 us, batches of 4 requests called back to back got
+// no speed-up: bench/results/cpu_pool.md); libgomp's default wait spins several times longer
+// after every parallel region, holding cores torch's threads and the engine's could use.  After fork() the child starts a new pool (the parent's workers
 // do not exist there).
 #include "core/parallel.h"
 
@@ -28,7 +28,7 @@
 namespace specops {
 namespace {
 
-constexpr auto kSpin = std::chrono::microseconds(50);
+constexpr auto kSpin = std::chrono::microseconds(1000);  // (see above)
 constexpr int kMaxThreads = 256;
 constexpr int kItemBits = 40;  // items per job < 2^40; the job number takes the other 24 bits
 constexpr uint64_t kItemMask = (uint64_t(1) << kItemBits) - 1;
