@@ -124,9 +124,7 @@ def test_no_import_circle():
 PY_MAX, CPP_MAX = 700, 600
 # Files over the limit today, with the most lines they may have: the list may only shrink.
 # Drop a file once it is back under the limit; lower its number whenever it gets shorter.
-OVERSIZED = {
-    "tests/test_cpu_native.py": 771,      # the test suite's restructuring (review §3, F7)
-}
+OVERSIZED: dict = {}     # path: lines, for a file that may not grow until it is split
 VENDORED = ("tests/integrations/vllm_upstream/",)      # vLLM's own files, kept verbatim
 
 
