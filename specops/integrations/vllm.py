@@ -78,6 +78,7 @@ from dataclasses import replace
 import torch
 
 import specops
+from specops.integrations._vllm_method import resolve_method
 from vllm.v1.outputs import SamplerOutput
 from vllm.v1.sample import rejection_sampler as _vrs
 from vllm.v1.sample.logits_processor.builtin import (LogitBiasLogitsProcessor,
@@ -125,13 +126,8 @@ class SpecopsRejectionSampler(VllmRejectionSampler):
     def __init__(self, sampler, spec_config=None, device=None, *, backend: str = "auto",
                  check_layout: bool | None = None, method: str | None = None):
         super().__init__(sampler, spec_config, device)
-        if method is None:
-            method = os.environ.get("SPECOPS_VLLM_METHOD", "").strip().lower() or (
-                "block" if getattr(spec_config, "rejection_sample_method", None) == "block"
-                else "token")
-        if method not in ("token", "block"):
-            raise ValueError(f"specops' rejection sampler: method (or SPECOPS_VLLM_METHOD) "
-                             f"must be 'token' or 'block', got {method!r}")
+        method = resolve_method(method, getattr(spec_config, "rejection_sample_method", None)
+                                == "block")
         self.specops_method = method
         self.specops_backend = backend
         if check_layout is None:

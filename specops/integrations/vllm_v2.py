@@ -44,11 +44,11 @@ logits and its output bookkeeping:
 from __future__ import annotations
 
 import inspect
-import os
 
 import torch
 
 import specops
+from specops.integrations._vllm_method import resolve_method
 from vllm.v1.worker.gpu.spec_decode import rejection_sampler as _mrv2
 
 VllmV2RejectionSampler = _mrv2.RejectionSampler
@@ -90,12 +90,7 @@ class SpecopsV2RejectionSampler(VllmV2RejectionSampler):
             raise NotImplementedError(
                 "specops' MRV2 rejection sampler does not implement vLLM's watermarking "
                 "(watermark_config); unset SPECOPS_VLLM (or set it to 0) to use vLLM's sampler")
-        if method is None:
-            method = os.environ.get("SPECOPS_VLLM_METHOD", "").strip().lower() or (
-                "block" if self.use_block_verification else "token")
-        if method not in ("token", "block"):
-            raise ValueError(f"specops' rejection sampler: method (or SPECOPS_VLLM_METHOD) "
-                             f"must be 'token' or 'block', got {method!r}")
+        method = resolve_method(method, self.use_block_verification)
         self.specops_method = method
         self.specops_backend = backend
         self.last_valid: torch.Tensor | None = None
