@@ -19,9 +19,10 @@ _sys_path.isolate_repo_root(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 
 from tests._rows import ROWS_COMPARED
 
-# Under pytest-xdist each worker is one process on one core: the C++ path's OpenMP pool and
-# torch's intra-op pool would otherwise start a thread per core in every worker and the
-# workers would oversubscribe the machine (scripts/dev.sh also sets OMP_NUM_THREADS=1).
+# Under pytest-xdist each worker is one process on one core: torch's intra-op pool (and the C++
+# path's thread pool, which follows torch.get_num_threads()) would otherwise start a thread
+# per core in every worker and oversubscribe the machine (scripts/dev.sh also sets
+# OMP_NUM_THREADS=1).
 if os.environ.get("PYTEST_XDIST_WORKER"):
     torch.set_num_threads(1)
 

@@ -113,6 +113,21 @@ def test_sampling_probs_strided_rows(isa):
     count("sampling_probs", view.shape[0])
 
 
+def _rows_agree(rows, t, k, p, m):
+    """The C++ and reference probabilities of ``rows`` under one (T, top_k, top_p, min_p),
+    bitwise, with the same validity."""
+    n = rows.shape[0]
+    it = torch.from_numpy(R.inv_temperature(np.full(n, t, np.float32)))
+    tk = torch.full((n,), k, dtype=torch.int64)
+    tp = torch.full((n,), p, dtype=torch.float32)
+    mp = torch.full((n,), m, dtype=torch.float32)
+    p_cpu, v_cpu = cpu.sampling_probs(rows, it, tk, tp, mp)
+    p_ref, v_ref = ref.sampling_probs(rows, it, tk, tp, mp)
+    bad = [i for i in range(n) if not torch.equal(p_cpu[i], p_ref[i])]
+    assert not bad, f"(T, k, p, min_p)={(t, k, p, m)}: rows differ {bad}"
+    assert torch.equal(v_cpu, v_ref)
+
+
 # ----------------------------------------------------------------------------- select paths
 def _select_rows(rng, V):
     """Rows that steer the native threshold selection into each of its paths."""
@@ -144,15 +159,7 @@ def test_threshold_selection_paths_bitwise(V, isa):
               (1.0, 0, 0.5, 0.0), (1.0, 0, 0.999, 0.0), (1.3, 0, 0.9, 0.01),
               (0.9, 40, 0.9, 0.0), (1.0, 0, 0.3, 0.2)]
     for t, k, p, m in combos:
-        it = torch.from_numpy(R.inv_temperature(np.full(n, t, np.float32)))
-        tk = torch.full((n,), k, dtype=torch.int64)
-        tp = torch.full((n,), p, dtype=torch.float32)
-        mp = torch.full((n,), m, dtype=torch.float32)
-        p_cpu, v_cpu = cpu.sampling_probs(rows, it, tk, tp, mp)
-        p_ref, v_ref = ref.sampling_probs(rows, it, tk, tp, mp)
-        bad = [i for i in range(n) if not torch.equal(p_cpu[i], p_ref[i])]
-        assert not bad, f"(T, k, p, min_p)={(t, k, p, m)}: rows differ {bad}"
-        assert torch.equal(v_cpu, v_ref)
+        _rows_agree(rows, t, k, p, m)
     count("sampling_probs", n * len(combos))
 
 
@@ -218,15 +225,7 @@ def test_top_p_band_prefilter_bitwise(V, isa):
     temps = [0.8, 1.0, 1.7, 0.25]
     for j, p in enumerate(ps):
         t = temps[j % len(temps)]
-        it = torch.from_numpy(R.inv_temperature(np.full(n, t, np.float32)))
-        tk = torch.zeros(n, dtype=torch.int64)
-        tp = torch.full((n,), p, dtype=torch.float32)
-        mp = torch.zeros(n, dtype=torch.float32)
-        p_cpu, v_cpu = cpu.sampling_probs(rows, it, tk, tp, mp)
-        p_ref, v_ref = ref.sampling_probs(rows, it, tk, tp, mp)
-        bad = [i for i in range(n) if not torch.equal(p_cpu[i], p_ref[i])]
-        assert not bad, f"(T, p)={(t, p)}: rows differ {bad}"
-        assert torch.equal(v_cpu, v_ref)
+        _rows_agree(rows, t, 0, p, 0.0)
     count("sampling_probs", n * len(ps))
 
 
