@@ -23,7 +23,9 @@ import zipfile
 import pytest
 import torch
 
-pytestmark = pytest.mark.full
+# One worker builds the wheel once: its module-scoped fixture would run again on every
+# pytest-xdist worker that takes one of these tests.
+pytestmark = [pytest.mark.full, pytest.mark.xdist_group("wheel")]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # What the extension may link: libraries every manylinux policy takes from the system.

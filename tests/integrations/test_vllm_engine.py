@@ -27,7 +27,9 @@ import pytest
 if importlib.util.find_spec("vllm") is None:
     pytest.skip("vLLM is not installed (see ci/setup_vllm_env.sh)", allow_module_level=True)
 
-pytestmark = pytest.mark.full          # engine processes: minutes
+# Engine processes: minutes.  One xdist worker takes the whole module, so each module-scoped
+# fixture (its engine processes) runs once, not once per worker.
+pytestmark = [pytest.mark.full, pytest.mark.xdist_group("vllm-engine")]
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPTS = ["the quick brown fox", "hello world, this is", "one two three four"]
