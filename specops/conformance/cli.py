@@ -50,10 +50,21 @@ def resolve(target: str):
     mod_name, attr = target.split(":")
     if not mod_name or not attr:
         raise ValueError(f"expected MODULE:CALLABLE, got {target!r}")
-    if os.getcwd() not in sys.path:
-        sys.path.insert(0, os.getcwd())           # like `python -m`: modules beside you
     try:
-        obj = importlib.import_module(mod_name)
+        try:
+            obj = importlib.import_module(mod_name)
+        except ModuleNotFoundError as exc:
+            # Like `python -m`: modules beside you.  The working directory goes on sys.path
+            # only when the name is not found without it, so an in-process call for an
+            # installed module leaves sys.path as it was.
+            if exc.name != mod_name.split(".")[0] or os.getcwd() in sys.path:
+                raise
+            sys.path.insert(0, os.getcwd())
+            try:
+                obj = importlib.import_module(mod_name)
+            except BaseException:
+                sys.path.remove(os.getcwd())      # not found there either: leave no trace
+                raise
     except Exception as exc:                      # noqa: BLE001 (any import failure)
         raise ValueError(f"cannot import {mod_name!r}: {type(exc).__name__}: {exc}") from exc
     for part in attr.split("."):
