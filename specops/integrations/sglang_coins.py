@@ -1,0 +1,231 @@
+"""The caller-coin tree walk (contract section 13) as vectorised integer torch ops.
+
+Every device runs the same code: the decisions are integer compares of int64 masses
+(``trunc(p * 2**60)``, exact in float32 since 2**60 is a power of two), the coin thresholds
+are exact int64 products split into 32-bit limbs, and the only float64 operation (the
+relaxed ``Ath = floor(float64(A) * ta)``) is one correctly rounded conversion and product.
+So the tokens are the reference's bit for bit on the CPU, on CUDA, or anywhere torch runs,
+without a kernel per backend (see the module docstring of ``specops.integrations.sglang``).
+
+The walk visits each node at most once (a well-formed first-child / next-sibling tree has
+no cycle through the root), so ``n + 1`` vectorised steps over the batch finish every
+request: no host synchronisation, no data-dependent shapes.  Cost: one pass over every
+target row (the row masses and validity, read in full as section 3 requires), then
+``O(n)`` small [B] / [B, n] ops and one [B, V] pass for the final draw.
+"""
+from __future__ import annotations
+
+from typing import NamedTuple
+
+import torch
+
+from specops.reference.coins import ACC_CAP, COIN_BITS, Thresholds
+
+_W_SCALE = float(2 ** 60)
+_P_CHECK = float(2 ** 32)
+_LO32 = 0xFFFFFFFF
+
+
+class CoinWalk(NamedTuple):
+    token_ids: torch.Tensor       # [B, D + 1] int64: accepted tokens, final token, then -1
+    num_accepted: torch.Tensor    # [B] int64
+    accepted_nodes: torch.Tensor  # [B, D] int64: sgl slots of the accepted nodes, -1 after
+    valid: torch.Tensor           # [B] bool
+
+
+def coin_grid(u: torch.Tensor) -> torch.Tensor:
+    """m(u) of section 13, int64 (NaN and u <= 0: 0; u >= 1: 2**24 - 1)."""
+    x = u.to(torch.float64) * float(1 << COIN_BITS)
+    x = torch.where(x > 0, x, torch.zeros_like(x))          # NaN fails x > 0
+    x = torch.clamp(torch.floor(x), max=float((1 << COIN_BITS) - 1))
+    return x.to(torch.int64)
+
+
+def coin_threshold(m: torch.Tensor, M: torch.Tensor) -> torch.Tensor:
+    """floor(m * M / 2**24) exactly, for 0 <= m < 2**24 and 0 <= M < 2**63 (int64)."""
+    hi, lo = M >> 32, M & _LO32
+    return ((m * hi) << (32 - COIN_BITS)) + ((m * lo) >> COIN_BITS)
+
+
+def _weights(p: torch.Tensor) -> torch.Tensor:
+    return (p * _W_SCALE).to(torch.int64)
+
+
+def _row_stats(target: torch.Tensor):
+    """(A [B, n] int64, valid [B, n] bool) of every row, one node column at a time (memory
+    [B, V], not [B, n, V] int64)."""
+    B, N, V = target.shape
+    A = torch.empty(B, N, dtype=torch.int64, device=target.device)
+    ok = torch.empty(B, N, dtype=torch.bool, device=target.device)
+    for i in range(N):
+        p = target[:, i]
+        inside = (p >= 0) & (p <= 1)                  # NaN fails both
+        zero = torch.zeros_like(p, dtype=torch.int64)
+        mass = torch.where(inside, (p.to(torch.float64) * _P_CHECK).to(torch.int64), zero)
+        mass = mass.sum(1)
+        ok[:, i] = inside.all(1) & (mass > 0) & (mass <= (1 << 34))
+        A[:, i] = torch.where(inside, _weights(p), zero).sum(1)
+    return A, ok
+
+
+def coin_walk(candidates, next_token, next_sibling, coins, final_coins, target,
+              num_spec: int, th: Thresholds) -> CoinWalk:
+    """The walk of section 13 for a well-formed batch (links checked by the caller; a
+    malformed one cannot loop: the step count is fixed).  All tensors on one device."""
+    B, N, V = target.shape
+    dev = target.device
+    D = max(0, min(num_spec, N) - 1)
+    cand = candidates.to(torch.int64)
+    nt, ns = next_token.to(torch.int64), next_sibling.to(torch.int64)
+    bi = torch.arange(B, device=dev)
+    A, row_ok = _row_stats(target)
+    if th.exact or th.acc >= 1.0:
+        Ath = A
+    else:
+        Ath = torch.floor(A.to(torch.float64) * float(max(th.acc, ACC_CAP))).to(torch.int64)
+    m_coin = coin_grid(coins.reshape(B, -1)[:, :N])
+    single = torch.tensor(th.single, dtype=torch.float32, device=dev)
+
+    c = torch.zeros(B, dtype=torch.int64, device=dev)
+    j = torch.zeros(B, dtype=torch.int64, device=dev)
+    C = torch.zeros(B, dtype=torch.int64, device=dev)
+    t = coin_threshold(m_coin[:, 0], Ath[:, 0])
+    x = nt[:, 0] if D > 0 else torch.full_like(c, -1)
+    done = ~row_ok[:, 0]                       # an invalid root row: -1 at depth 0
+    valid = row_ok[:, 0].clone()
+    rej_parent = torch.full((B, N), -1, dtype=torch.int64, device=dev)
+    acc_nodes = torch.full((B, max(D, 1)), -1, dtype=torch.int64, device=dev)
+    tok_acc = torch.full((B, D + 1), -1, dtype=torch.int64, device=dev)
+    for _ in range(N + 1):
+        active = ~done & (x >= 0)
+        xs = x.clamp(min=0)
+        y = cand.gather(1, xs[:, None])[:, 0].clamp(0, V - 1)
+        py = target[bi, c, y]
+        dup = ((rej_parent == c[:, None]) & (cand == y[:, None])).any(1)
+        C = torch.where(active & ~dup, C + _weights(py), C)
+        acc = active & ((C > t) | ((py >= single) & (not th.exact)))
+        rej = active & ~acc
+        rej_parent.scatter_(1, xs[:, None], torch.where(rej, c, rej_parent.gather(
+            1, xs[:, None])[:, 0])[:, None])
+        # accepted: record, move to x, check its row, draw its level's threshold
+        col = j.clamp(max=max(D, 1) - 1)
+        acc_nodes.scatter_(1, col[:, None], torch.where(acc, xs, acc_nodes.gather(
+            1, col[:, None])[:, 0])[:, None])
+        tok_acc.scatter_(1, j.clamp(max=D)[:, None], torch.where(acc, y, tok_acc.gather(
+            1, j.clamp(max=D)[:, None])[:, 0])[:, None])
+        c = torch.where(acc, xs, c)
+        j = j + acc.long()
+        C = torch.where(acc, torch.zeros_like(C), C)
+        bad_row = acc & ~row_ok[bi, c]
+        valid = valid & ~bad_row
+        t = torch.where(acc, coin_threshold(m_coin[bi, c], Ath[bi, c]), t)
+        nxt = torch.where(j < D, nt[bi, c], torch.full_like(c, -1))
+        x = torch.where(acc, nxt, torch.where(rej, ns.gather(1, xs[:, None])[:, 0], x))
+        done = done | bad_row | (~done & (x < 0))
+
+    # the final draw at node c from w with the tokens tried at c removed
+    p = target[bi, c]
+    w = torch.where(((p >= 0) & (p <= 1)), _weights(p), torch.zeros_like(p, dtype=torch.int64))
+    tried = torch.zeros(B, V + 1, dtype=torch.bool, device=dev)
+    tried.scatter_(1, torch.where(rej_parent == c[:, None], cand.clamp(0, V - 1),
+                                  torch.full_like(cand, V)), True)
+    W = torch.where(tried[:, :V], torch.zeros_like(w), w)
+    S = W.sum(1)
+    W = torch.where((S == 0)[:, None], w, W)
+    S = W.sum(1)
+    tf = coin_threshold(coin_grid(final_coins.reshape(B)), S)
+    final = torch.searchsorted(W.cumsum(1), tf[:, None], right=True)[:, 0].clamp(max=V - 1)
+    final = torch.where(valid & (S > 0), final, torch.full_like(final, -1))
+    valid = valid & (S > 0)
+    tokens = tok_acc.scatter(1, j.clamp(max=D)[:, None], final[:, None])
+    return CoinWalk(tokens, j, acc_nodes[:, :D], valid)
+
+
+def greedy_walk(candidates, next_token, next_sibling, retrive_index, target_predict,
+                num_spec: int) -> CoinWalk:
+    """sgl-kernel's ``verify_tree_greedy`` walk: at node c the target token is
+    ``target_predict.flatten()[retrive_index[b, c]]`` (sgl-kernel's flat read); accept the
+    first child in next-sibling order whose candidate equals it."""
+    B, N = candidates.shape
+    dev = candidates.device
+    D = max(0, min(num_spec, N) - 1)
+    cand = candidates.to(torch.int64)
+    nt, ns = next_token.to(torch.int64), next_sibling.to(torch.int64)
+    ri = retrive_index.to(torch.int64)
+    flat = target_predict.reshape(-1).to(torch.int64)
+    bi = torch.arange(B, device=dev)
+
+    def target_at(node):
+        pos = ri[bi, node]
+        ok = (pos >= 0) & (pos < flat.numel())
+        return torch.where(ok, flat[pos.clamp(0, max(flat.numel() - 1, 0))],
+                           torch.full_like(pos, -1))
+    c = torch.zeros(B, dtype=torch.int64, device=dev)
+    j = torch.zeros_like(c)
+    x = nt[:, 0] if D > 0 else torch.full_like(c, -1)
+    want = target_at(c)
+    done = x < 0
+    acc_nodes = torch.full((B, max(D, 1)), -1, dtype=torch.int64, device=dev)
+    tokens = torch.full((B, D + 1), -1, dtype=torch.int64, device=dev)
+    for _ in range(N + 1):
+        active = ~done & (x >= 0)
+        xs = x.clamp(min=0)
+        y = cand.gather(1, xs[:, None])[:, 0]
+        acc = active & (y == want)
+        col = j.clamp(max=max(D, 1) - 1)
+        acc_nodes.scatter_(1, col[:, None], torch.where(
+            acc, xs, acc_nodes.gather(1, col[:, None])[:, 0])[:, None])
+        tokens.scatter_(1, j.clamp(max=D)[:, None], torch.where(
+            acc, y, tokens.gather(1, j.clamp(max=D)[:, None])[:, 0])[:, None])
+        c = torch.where(acc, xs, c)
+        j = j + acc.long()
+        want = torch.where(acc, target_at(c), want)
+        nxt = torch.where(j < D, nt[bi, c], torch.full_like(c, -1))
+        x = torch.where(acc, nxt, torch.where(active, ns.gather(1, xs[:, None])[:, 0], x))
+        done = done | (x < 0)
+    tokens = tokens.scatter(1, j.clamp(max=D)[:, None], want[:, None])
+    return CoinWalk(tokens, j, acc_nodes[:, :D], torch.ones(B, dtype=torch.bool, device=dev))
+
+
+# ----------------------------------------------------------------------------- renorms
+def _per_row(v, B, dev, dtype):
+    if isinstance(v, torch.Tensor):
+        return v.to(device=dev, dtype=dtype).reshape(-1).expand(B) if v.numel() in (1, B) \
+            else _bad_rows(v, B)
+    return torch.full((B,), v, device=dev, dtype=dtype)
+
+
+def _bad_rows(v, B):
+    raise ValueError(f"expected a number or a [{B}] tensor, got shape {tuple(v.shape)}")
+
+
+def top_k_renorm_prob_fallback(probs: torch.Tensor, top_k) -> torch.Tensor:
+    """SGLang's torch fallback of ``top_k_renorm_prob``: keep the entries at least as large as
+    the k-th largest of their row (ties kept; k <= 0 or k >= V keeps the row), renormalise.
+    ``top_k``: int or [B] tensor.  (A host-side helper of SGLang's sampling, not a
+    verification step: its float sums are torch's, not the contract's.)"""
+    B, V = probs.shape
+    k = _per_row(top_k, B, probs.device, torch.int64)
+    full = (k <= 0) | (k >= V)
+    kk = k.clamp(1, V)
+    srt = probs.sort(dim=1, descending=True).values
+    thr = srt.gather(1, (kk - 1)[:, None])
+    keep = (probs >= thr) | full[:, None]
+    out = torch.where(keep, probs, torch.zeros_like(probs))
+    return out / out.sum(1, keepdim=True)
+
+
+def top_p_renorm_prob_fallback(probs: torch.Tensor, top_p) -> torch.Tensor:
+    """SGLang's torch fallback of ``top_p_renorm_prob``: keep the smallest set of largest
+    entries whose mass reaches ``top_p`` (ties with its smallest member kept), renormalise.
+    ``top_p``: float or [B] tensor."""
+    B, V = probs.shape
+    p = _per_row(top_p, B, probs.device, torch.float64)
+    srt = probs.sort(dim=1, descending=True).values
+    cum = srt.to(torch.float64).cumsum(1)
+    total = cum[:, -1:]
+    # the first sorted position whose mass from the top reaches top_p of the row's mass
+    idx = (cum < p[:, None] * total).sum(1, keepdim=True).clamp(max=V - 1)
+    thr = srt.gather(1, idx)
+    out = torch.where(probs >= thr, probs, torch.zeros_like(probs))
+    return out / out.sum(1, keepdim=True)
