@@ -408,7 +408,8 @@ def tree_speculative_sampling_target_only(
     NON-EXACT relaxation (``specops.reference.coins.threshold_tv`` measures it).
     ``randomness="philox"`` (implied by ``seed=`` or ``generator=``, and used when
     ``uniform_samples`` is None): ``verify_tree``'s exact walk with specops' Philox streams,
-    seeded as the module docstring says; thresholds must then be 1.  ``backend`` and
+    seeded as the module docstring says; thresholds must then be 1.  (The oldest
+    sgl-kernel form, without ``uniform_samples_for_final_sampling``, gets this mode too.)  ``backend`` and
     ``validate`` as in ``specops.verify_tree`` (validate defaults to False for CUDA
     tensors, so nothing synchronises).  Returns ``valid`` [bs] bool.
     """
@@ -421,7 +422,7 @@ def tree_speculative_sampling_target_only(
     if randomness not in ("uniforms", "philox"):
         raise ValueError(f"randomness must be 'uniforms' or 'philox', got {randomness!r}")
     if (randomness == "philox" or seed is not None or generator is not None
-            or uniform_samples is None):
+            or uniform_samples is None or uniform_samples_for_final_sampling is None):
         _check_thresholds(threshold_single, threshold_acc)
         return _run(predicts, accept_index, accept_token_num, candidates, retrive_index,
                     retrive_next_token, retrive_next_sibling, uniform_samples,
