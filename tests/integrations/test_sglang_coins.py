@@ -1,0 +1,199 @@
+"""The SGLang drop-in's caller-coin mode (contract section 13) against the reference.
+
+``specops.integrations.sglang_coins`` runs the walk as integer torch ops on the tensors'
+device; here it must write exactly the outputs ``reference.coins.verify_coins_ref`` implies,
+token for token, on a table of random trees (shuffled sibling orders, repeated tokens,
+zero-probability children, unreachable slots), random and boundary coins (0, NaN, 1, values
+below the 2**-24 grid), every threshold mode, and invalid rows.  Also: ``verify_tree_greedy``
+against a direct transcription of sgl-kernel's loop, the ``_rejmask`` variant, both keyword
+spellings, and the renorm fallbacks.
+"""
+from __future__ import annotations
+
+import random
+
+import numpy as np
+import pytest
+import torch
+
+from specops.integrations import sglang as S
+from specops.reference import coins as RC
+from tests.integrations.test_sglang import outputs, random_probs, random_sgl_tree
+
+THRESHOLDS = [(1.0, 1.0), (0.0, 0.0), (0.9, 0.7), (0.3, 1.0), (1.0, 0.25), (1.0, 1e-12)]
+
+
+def expected(cand, ri, nt, ns, u, uf, target, S_, ts, ta, pre):
+    """The reference walk written into sgl-kernel's three outputs (starting from ``pre``)."""
+    acc, toks, valid = RC.verify_coins_ref(cand.tolist(), nt.tolist(), ns.tolist(),
+                                           u.numpy(), uf.numpy(), target.numpy(), S_, ts, ta)
+    p, a, n = (t.clone() for t in pre)
+    for b in range(cand.shape[0]):
+        slots = [0] + acc[b]
+        n[b] = len(acc[b])
+        for k, s in enumerate(slots):
+            a[b, k] = int(ri[b, s])
+            p[int(ri[b, s])] = toks[b][k]
+    return (p, a, n), torch.tensor(valid)
+
+
+def random_case(rng, gen, trial):
+    N = rng.randint(1, 9)
+    B = 5
+    rows = [random_sgl_tree(rng, N) for _ in range(B)]
+    nt = torch.tensor([r[0] for r in rows])
+    ns = torch.tensor([r[1] for r in rows])
+    V = rng.choice([3, 6, 17])
+    cand = torch.randint(0, V, (B, N), generator=gen)
+    ri = torch.randperm(B * N + 2, generator=gen)[:B * N].reshape(B, N)
+    target = random_probs(gen, (B, N, V), scale=1.0 + trial % 4)
+    if trial % 3 == 0:                    # exact zeros: drafts of target probability 0
+        target = torch.where(target < 0.1, torch.zeros_like(target), target)
+        target[..., 0] += (target.sum(-1) == 0).float()
+    u, uf = torch.rand(B, N, generator=gen), torch.rand(B, generator=gen)
+    if trial % 4 == 1:                    # boundary coins
+        u.view(-1)[::3] = 0.0
+        u.view(-1)[1::5] = float("nan")
+        uf[0] = 1.0
+        uf[1] = 2.0 ** -30
+    if trial % 5 == 2 and N > 1:          # an invalid row somewhere
+        target[0, rng.randrange(N), 0] = float("nan")
+    S_ = rng.randint(1, N + 1)
+    return cand, ri, nt, ns, u, uf, target, S_
+
+
+@pytest.mark.parametrize("ts,ta", THRESHOLDS)
+def test_coin_walk_equals_reference(ts, ta):
+    """Token for token (all three outputs and ``valid``) the reference's walk.  Catches any
+    difference in the integer coin threshold, the sibling order, the coin read at the
+    accepted node, duplicate handling, thresholds, the final draw or invalid rows."""
+    rng = random.Random(11)
+    gen = torch.Generator().manual_seed(11)
+    for trial in range(24):
+        cand, ri, nt, ns, u, uf, target, S_ = random_case(rng, gen, trial)
+        B, N = cand.shape
+        pre = (torch.randint(-9, 0, (B * N + 2,), generator=gen, dtype=torch.int32),
+               torch.randint(-9, 0, (B, S_), generator=gen, dtype=torch.int32),
+               torch.full((B,), -3, dtype=torch.int32))
+        got = tuple(t.clone() for t in pre)
+        valid = S.tree_speculative_sampling_target_only(
+            *got, cand, ri, nt, ns, u, uf, target, torch.zeros_like(target), ts, ta)
+        want, want_valid = expected(cand, ri, nt, ns, u, uf, target, S_, ts, ta, pre)
+        for g, w in zip(got, want):
+            assert torch.equal(g, w), (trial, g, w)
+        assert torch.equal(valid, want_valid), trial
+
+
+def test_exact_mode_against_sglang_boundaries():
+    """Coins fixed at the CDF boundaries of SGLang's test (coin 0.99 vs p = 0.9 rejects,
+    the final coin lands on the only untried token), and the lower endpoint: coin 0 on a
+    zero-probability draft is rejected here (sgl-kernel accepts it, #35771)."""
+    cand = torch.tensor([[0, 3, 5]])
+    ri = torch.tensor([[0, 1, 2]])
+    nt, ns = torch.tensor([[1, 2, -1]]), torch.full((1, 3), -1)
+    target = torch.zeros(1, 3, 32)
+    target[0, 0, 0], target[0, 0, 3] = 0.05, 0.95
+    target[0, 1, 5], target[0, 1, 31] = 0.9, 0.1
+    target[0, 2, 0] = 1.0
+    p, a, n = outputs(1, 3, 3)
+    S.tree_speculative_sampling_target_only(p, a, n, cand, ri, nt, ns,
+                                            torch.tensor([[0.0, 0.99, 0.0]]),
+                                            torch.tensor([0.5]), target)
+    assert n.tolist() == [1] and p[:2].tolist() == [3, 31]
+    target[0, 0, 3], target[0, 0, 0] = 0.0, 1.0          # the root's draft now has p = 0
+    p, a, n = outputs(1, 3, 3)
+    S.tree_speculative_sampling_target_only(p, a, n, cand, ri, nt, ns,
+                                            torch.tensor([[0.0, 0.0, 0.0]]),
+                                            torch.tensor([0.0]), target)
+    assert n.tolist() == [0] and p[0].item() == 0
+
+
+def sgl_greedy(cand, ri, nt, ns, tp, S_, pre):
+    """sgl-kernel's VerifyTreeGreedy loop, transcribed (one request at a time)."""
+    p, a, n = (t.clone() for t in pre)
+    flat = tp.reshape(-1)
+    N = cand.shape[1]
+    for b in range(cand.shape[0]):
+        last = int(ri[b, 0])
+        a[b, 0] = last
+        acc, cur = 0, 0
+        for _ in range(1, S_):
+            cur = int(nt[b, cur])
+            while cur != -1:
+                if int(cand[b, cur]) == int(flat[last]):
+                    p[last] = int(flat[last])
+                    acc += 1
+                    a[b, acc] = int(ri[b, cur])
+                    last = int(ri[b, cur])
+                    break
+                cur = int(ns[b, cur])
+            if cur == -1:
+                break
+        n[b] = acc
+        p[last] = int(flat[last])
+        assert N > 0
+    return p, a, n
+
+
+def test_verify_tree_greedy_equals_sgl_loop():
+    """verify_tree_greedy writes what sgl-kernel's loop writes, on random trees whose
+    target_predict often matches a child.  Catches: the flat read of target_predict
+    through retrive_index, sibling order, the level cap."""
+    rng = random.Random(5)
+    gen = torch.Generator().manual_seed(5)
+    for trial in range(30):
+        N, B, V = rng.randint(1, 8), 4, 3
+        rows = [random_sgl_tree(rng, N) for _ in range(B)]
+        nt = torch.tensor([r[0] for r in rows])
+        ns = torch.tensor([r[1] for r in rows])
+        cand = torch.randint(0, V, (B, N), generator=gen)
+        ri = torch.arange(B * N).reshape(B, N)
+        tp = torch.randint(0, V, (B, N), generator=gen)
+        S_ = rng.randint(1, N + 1)
+        pre = outputs(B, N, S_, fill=-7)
+        got = tuple(t.clone() for t in pre)
+        S.verify_tree_greedy(*got, cand, ri, nt, ns, tp)
+        for g, w in zip(got, sgl_greedy(cand, ri, nt, ns, tp, S_, pre)):
+            assert torch.equal(g, w), (trial, g, w)
+
+
+def test_rejmask_and_spellings():
+    """The _rejmask variant equals the target-only call; ``retrieve_*`` keywords equal
+    ``retrive_*``; giving both spellings is an error naming them."""
+    rng = random.Random(8)
+    gen = torch.Generator().manual_seed(8)
+    cand, ri, nt, ns, u, uf, target, S_ = random_case(rng, gen, 4)
+    B, N = cand.shape
+    a = outputs(B, N + 2, S_)
+    S.tree_speculative_sampling_target_only(*a, cand, ri, nt, ns, u, uf, target,
+                                            threshold_single=0.9, threshold_acc=0.7)
+    b = outputs(B, N + 2, S_)
+    S.tree_speculative_sampling_target_only_rejmask(
+        predicts=b[0], accept_index=b[1], accept_token_num=b[2], candidates=cand,
+        retrieve_index=ri, retrieve_next_token=nt, retrieve_next_sibling=ns,
+        uniform_samples=u, uniform_samples_for_final_sampling=uf, target_probs=target,
+        threshold_single=0.9, threshold_acc=0.7, deterministic=False)
+    assert all(torch.equal(x, y) for x, y in zip(a, b))
+    with pytest.raises(TypeError, match="retrieve_index"):
+        S.tree_speculative_sampling_target_only(*outputs(B, N + 2, S_), cand, ri, nt, ns, u,
+                                                uf, target, retrieve_index=ri)
+
+
+def test_renorm_fallbacks():
+    """SGLang's top-k / top-p renorm fallbacks: the kept set and the renormalisation.
+    Catches: ties dropped, k per row ignored, top-p keeping one token too many or few."""
+    probs = torch.tensor([[0.1, 0.3, 0.05, 0.4, 0.15], [0.5, 0.2, 0.1, 0.1, 0.1]])
+    r = S.top_k_renorm_prob_fallback(probs, top_k=torch.tensor([2, 3]))
+    assert (r[0] > 0).tolist() == [False, True, False, True, False]
+    assert (r[1] > 0).sum().item() == 5                     # the ties at the 3rd value kept
+    assert torch.allclose(r.sum(1), torch.ones(2))
+    assert torch.allclose(S.top_k_renorm_prob_fallback(probs, 0), probs / probs.sum(1, True))
+    r = S.top_p_renorm_prob_fallback(probs, top_p=torch.tensor([0.8, 0.6]))
+    assert (r[0] > 0).tolist() == [False, True, False, True, True]  # 0.4+0.3+0.15 >= 0.8
+    assert (r[1] > 0).tolist() == [True, True, False, False, False]
+    assert torch.allclose(r.sum(1), torch.ones(2))
+    np.testing.assert_allclose(S.top_p_renorm_prob_fallback(probs, 1.0).numpy(),
+                               (probs / probs.sum(1, True)).numpy(), rtol=1e-6)
+    with pytest.raises(ValueError, match="tensor"):
+        S.top_k_renorm_prob_fallback(probs, torch.tensor([1, 2, 3]))
+
