@@ -1,13 +1,15 @@
-"""A drop-in for sgl-kernel's tree speculative sampling, backed by ``specops.verify_tree``.
+"""A drop-in for sgl-kernel's tree speculative sampling (contract section 13, and
+``specops.verify_tree``).
 
 SGLang's EAGLE worker verifies its draft tree with sgl-kernel's
 ``tree_speculative_sampling_target_only`` (``sgl-kernel/python/sgl_kernel/speculative.py``;
 CUDA in ``sgl-kernel/csrc/speculative/speculative_sampling.cu(h)``), called with keyword
 arguments from ``python/sglang/srt/speculative/eagle_info.py`` (``eagle_utils.py`` in older
 releases).  ``tree_speculative_sampling_target_only`` here has the same parameters, in the
-same order, and writes the same three outputs in place; ``tree_speculative_sampling`` is the
-exact variant that also uses the draft probabilities (sgl-kernel's ``FIXME: leverage draft
-probs``).  Neither imports SGLang or sgl-kernel.
+same order, and writes the same three outputs in place (the caller's uniforms are its coins
+by default, contract section 13); ``tree_speculative_sampling`` is the exact variant that
+also uses the draft probabilities (sgl-kernel's ``FIXME: leverage draft probs``).  Neither
+imports SGLang or sgl-kernel.
 
 **sgl-kernel's layout** (``bs`` requests, ``n = candidates.shape[1]`` tree nodes each,
 vocabulary ``d``).  Node ``i`` of request ``b`` is slot ``[b, i]``; slot 0 is the root (the
@@ -29,7 +31,7 @@ last verified token; its candidate is not a draft).
   that node: the (k+1)-th accepted draft for ``k < A``, the correction / bonus token for
   ``k = A`` (other entries of ``predicts`` are left as they are).
 
-**The mapping to ``verify_tree``** happens on the tensors' device with a fixed number of
+**The mapping to ``verify_tree``** (the Philox mode and ``tree_speculative_sampling``) happens on the tensors' device with a fixed number of
 vectorised torch ops (no host synchronisation, no data-dependent shapes, so nothing stands
 in the way of CUDA-graph capture): the links are turned into each node's first-child/next-sibling "binary
 tree" parent, and pointer jumping (``ceil(log2 n)`` rounds) gives every node's reachability
@@ -47,20 +49,27 @@ row at index i), and the accepted nodes are mapped back to sgl's slots and
 
 * *Exactness.*  sgl-kernel accepts child y while ``coin <= p(y_1) + ... + p(y)`` (one coin
   per node) and samples the correction from ``relu(p - tried siblings)``: exact for
-  distinct sibling tokens, in float32.  Here the walk is reference section 11 with point-mass
-  drafts: the same law, with integer residual weights, duplicate sibling tokens handled
-  exactly, and bit-identical results on every specops backend.
-* *Randomness.*  specops draws from its own Philox streams (reference section 4), never from
-  SGLang's float uniforms.  By default each request's 64-bit seed is derived on the device
-  from the bit patterns of that request's ``uniform_samples`` row and its
-  ``uniform_samples_for_final_sampling`` entry (``seeds_from_uniforms``: two 32-bit
-  multiply-add lanes, each mixed by a 32-bit integer finaliser), with ``offset`` as given
-  (default 0).  The output is then a deterministic function of the inputs, so SGLang's own
-  seeding (``torch.manual_seed``, its per-step ``torch.rand``) keeps runs reproducible, fresh
-  uniforms give a fresh stream, and no extra random number is drawn; only the uniforms'
-  entropy is used, never their values as coins.  Keyword ``seed`` (int or [bs] int64, with
-  optional ``offset``) or ``generator`` (a ``torch.Generator``) replace the derivation; with
-  no uniforms and neither keyword, seeds come from torch's default generator.
+  distinct sibling tokens, in float32.  The caller-coin walk (section 13) is that rule on
+  integer masses; the Philox mode is reference section 11 with point-mass drafts.  Both have
+  the target's law at thresholds 1, handle duplicate sibling tokens exactly, and give
+  bit-identical results wherever they run.
+* *Randomness.*  By default (``randomness="uniforms"``) the caller's ``uniform_samples``
+  are the accept coins and ``uniform_samples_for_final_sampling`` the final draw, read as
+  sgl-kernel reads them (the coin of the last accepted node per level), with the arithmetic
+  of the contract's section 13: a float32 uniform is taken on the ``2**-24`` grid and compared
+  with integer masses, so the tokens are a function of the caller's numbers, identical on every
+  device (``specops.integrations.sglang_coins``: vectorised int64 torch ops, no host sync), and
+  equal to sgl-kernel's wherever its float32 arithmetic is not within rounding of a boundary
+  and it is exact (section 13 lists where specops deliberately differs: strict ``C > t``, so a
+  zero-probability draft is never accepted by the coin, sglang #35771; masses normalised by
+  the row's integer mass; a repeated sibling token not counted twice; invalid rows emit -1).
+  ``randomness="philox"`` (implied by keyword ``seed`` (int or [bs] int64, with optional
+  ``offset``) or ``generator``, and used when either uniform tensor is None, as in the oldest
+  sgl-kernel) runs ``verify_tree``'s exact walk on specops' own Philox streams (reference
+  section 4): each request's 64-bit seed is derived on the device from the bit patterns of
+  its uniforms (``seeds_from_uniforms``: two 32-bit multiply-add lanes, each mixed by a
+  32-bit integer finaliser), with ``offset`` as given (default 0); with no uniforms and
+  neither keyword, seeds come from torch's default generator.
 * ``deterministic`` is accepted and ignored: specops is always deterministic.
 * ``draft_probs`` in the target-only function is ignored and *not* written (sgl-kernel uses
   it as scratch).  The argument may be omitted: the newest sgl-kernel dropped it, and a
@@ -74,10 +83,22 @@ row at index i), and the accepted nodes are mapped back to sgl's slots and
   ``predicts`` entry.  Both functions return the ``valid`` [bs] bool tensor (sgl-kernel
   returns None).
 
-**Refused.**  ``threshold_single`` or ``threshold_acc`` other than 1.0: sgl-kernel's lossy
-relaxation (accept a child whose target probability is above ``threshold_single``, or when
-``coin <= prob_acc / threshold_acc``) changes the output law; specops only verifies exactly
-and raises ``ValueError``.
+**Thresholds.**  ``threshold_single`` / ``threshold_acc`` below 1 (SGLang's
+``--speculative-accept-threshold-single/-acc``) are sgl-kernel's relaxed acceptance, defined in
+section 13 exactly as sgl-kernel applies them (``coin <= prob_acc / threshold_acc`` with
+``threshold_acc`` capped below at 1e-9, or ``p(y) >= threshold_single``) and **NON-EXACT**: the
+output law moves away from the target's (``specops.reference.coins.threshold_tv`` computes by
+how much for a given tree; ``bench/results/sglang_thresholds.md``).  Values outside [0, 1] or
+NaN raise ``ValueError``.  The Philox mode has no relaxed rule: there thresholds other than 1
+raise ``ValueError``.
+
+**The other sgl-kernel calls.**  ``tree_speculative_sampling_target_only_rejmask`` (sgl-kernel's
+variant that keeps the rejected tokens in a bit mask; same outputs) is the same walk;
+``verify_tree_greedy`` follows sgl-kernel's greedy loop (``target_predict`` read at the flat
+``retrive_index`` of the last accepted node); ``top_k_renorm_prob_fallback`` /
+``top_p_renorm_prob_fallback`` are SGLang's torch renorm fallbacks (host-side helpers, plain
+torch float arithmetic, not part of the contract).  Every call accepts ``retrieve_*`` (older
+sgl-kernel) beside ``retrive_*``.
 
 **The exact variant** ``tree_speculative_sampling(..., draft_probs, method="rsd")``:
 ``draft_probs`` [bs, n, d] float32 has the shape SGLang already allocates (zeros, in its
