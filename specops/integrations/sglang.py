@@ -633,8 +633,8 @@ def _run_coins(predicts, accept_index, accept_token_num, candidates, retrive_ind
         if bad:
             raise ValueError(f"candidates of request(s) {bad} hold a token outside "
                              f"[0, vocab={V}) at a node of the tree")
-    walk = coin_walk(candidates, retrive_next_token, retrive_next_sibling, uniform_samples,
-                     uniform_samples_for_final_sampling, target_probs, S, th)
+    walk = coin_walk(candidates, tree, uniform_samples, uniform_samples_for_final_sampling,
+                     target_probs, S, th)
     _write_walk(walk, tree.malformed | present_bad.any(1), retrive_index, predicts,
                 accept_index, accept_token_num, S, N)
     return walk.valid & ~tree.malformed

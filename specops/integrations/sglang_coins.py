@@ -7,11 +7,12 @@ relaxed ``Ath = floor(float64(A) * ta)``) is one correctly rounded conversion an
 So the tokens are the reference's bit for bit on the CPU, on CUDA, or anywhere torch runs,
 without a kernel per backend (see the module docstring of ``specops.integrations.sglang``).
 
-The walk visits each node at most once (a well-formed first-child / next-sibling tree has
-no cycle through the root), so ``n + 1`` vectorised steps over the batch finish every
-request: no host synchronisation, no data-dependent shapes.  Cost: one pass over every
-target row (the row masses and validity, read in full as section 3 requires), then
-``O(n)`` small [B] / [B, n] ops and one [B, V] pass for the final draw.
+The walk runs on ``convert_tree``'s renumbering (children of a node in try order, nodes
+deeper than the level cap absent), one tree level per step: ``min(num_spec, n)`` vectorised
+steps over the batch finish every request, with no host synchronisation and no
+data-dependent shape.  Cost: one [B, V] pass per level over the current node's row (its
+masses and its check, read in full as section 13 requires), [B, n, n] compares for repeated
+sibling tokens, and one [B, V] pass for the final draw.
 """
 from __future__ import annotations
 
@@ -22,7 +23,6 @@ import torch
 from specops.reference.coins import ACC_CAP, COIN_BITS, Thresholds
 
 _W_SCALE = float(2 ** 60)
-_P_CHECK = float(2 ** 32)
 _LO32 = 0xFFFFFFFF
 
 
@@ -51,92 +51,82 @@ def _weights(p: torch.Tensor) -> torch.Tensor:
     return (p * _W_SCALE).to(torch.int64)
 
 
-def _row_stats(target: torch.Tensor):
-    """(A [B, n] int64, valid [B, n] bool) of every row, one node column at a time (memory
-    [B, V], not [B, n, V] int64)."""
-    B, N, V = target.shape
-    A = torch.empty(B, N, dtype=torch.int64, device=target.device)
-    ok = torch.empty(B, N, dtype=torch.bool, device=target.device)
-    for i in range(N):
-        p = target[:, i]
-        inside = (p >= 0) & (p <= 1)                  # NaN fails both
-        zero = torch.zeros_like(p, dtype=torch.int64)
-        mass = torch.where(inside, (p.to(torch.float64) * _P_CHECK).to(torch.int64), zero)
-        mass = mass.sum(1)
-        ok[:, i] = inside.all(1) & (mass > 0) & (mass <= (1 << 34))
-        A[:, i] = torch.where(inside, _weights(p), zero).sum(1)
-    return A, ok
+def _row_stats(p: torch.Tensor):
+    """(w [B, V] int64, A [B], valid [B]) of one row per request: ``w = trunc(p * 2**60)``
+    (0 outside [0, 1], NaN included), ``A = sum w``, and section 3's probability-row check
+    (``sum trunc(p * 2**32) = sum (w >> 28)``: both truncate the same exact product)."""
+    inside = (p >= 0) & (p <= 1)                      # NaN fails both
+    w = torch.where(inside, p * _W_SCALE, torch.zeros_like(p)).to(torch.int64)
+    mass = (w >> 28).sum(1)
+    return w, w.sum(1), inside.all(1) & (mass > 0) & (mass <= (1 << 34))
 
 
-def coin_walk(candidates, next_token, next_sibling, coins, final_coins, target,
-              num_spec: int, th: Thresholds) -> CoinWalk:
-    """The walk of section 13 for a well-formed batch (links checked by the caller; a
-    malformed one cannot loop: the step count is fixed).  All tensors on one device."""
+def coin_walk(candidates, tree, coins, final_coins, target, num_spec: int,
+              th: Thresholds) -> CoinWalk:
+    """The walk of section 13 on ``tree`` (``sglang.convert_tree``'s renumbering, in which
+    the children of a node are the present nodes with that parent, in sgl-kernel's try
+    order, and nodes deeper than ``num_spec - 1`` are absent).  One level per step: the
+    current node's row is read once (its masses and check), its children are decided
+    together (a cumulative sum of their masses against the coin's threshold), and the walk
+    moves to the first accepted child.  ``min(num_spec, n)`` steps, all on the device."""
     B, N, V = target.shape
     dev = target.device
     D = max(0, min(num_spec, N) - 1)
-    cand = candidates.to(torch.int64)
-    nt, ns = next_token.to(torch.int64), next_sibling.to(torch.int64)
+    order, par, present = tree.order, tree.parent_ids, tree.present
     bi = torch.arange(B, device=dev)
-    A, row_ok = _row_stats(target)
-    if th.exact or th.acc >= 1.0:
-        Ath = A
-    else:
-        Ath = torch.floor(A.to(torch.float64) * float(max(th.acc, ACC_CAP))).to(torch.int64)
-    m_coin = coin_grid(coins.reshape(B, -1)[:, :N])
-    single = torch.tensor(th.single, dtype=torch.float32, device=dev)
+    cand = candidates.to(torch.int64).gather(1, order)
+    y = cand.clamp(0, V - 1)
+    m_coin = coin_grid(coins.reshape(B, -1)[:, :N]).gather(1, order)
+    earlier = torch.ones(N, N, dtype=torch.bool, device=dev).tril(-1)   # [i, k]: k < i
+    same = (y[:, :, None] == y[:, None, :]) & earlier                   # [B, i, k]
+    relaxed = not th.exact
+    acc_scale = 1.0 if th.acc >= 1.0 else max(th.acc, ACC_CAP)
 
     c = torch.zeros(B, dtype=torch.int64, device=dev)
-    j = torch.zeros(B, dtype=torch.int64, device=dev)
-    C = torch.zeros(B, dtype=torch.int64, device=dev)
-    t = coin_threshold(m_coin[:, 0], Ath[:, 0])
-    x = nt[:, 0] if D > 0 else torch.full_like(c, -1)
-    done = ~row_ok[:, 0]                       # an invalid root row: -1 at depth 0
-    valid = row_ok[:, 0].clone()
-    rej_parent = torch.full((B, N), -1, dtype=torch.int64, device=dev)
+    j = torch.zeros_like(c)
+    done = torch.zeros(B, dtype=torch.bool, device=dev)
+    valid = torch.ones(B, dtype=torch.bool, device=dev)
     acc_nodes = torch.full((B, max(D, 1)), -1, dtype=torch.int64, device=dev)
     tok_acc = torch.full((B, D + 1), -1, dtype=torch.int64, device=dev)
-    for _ in range(N + 1):
-        active = ~done & (x >= 0)
-        xs = x.clamp(min=0)
-        y = cand.gather(1, xs[:, None])[:, 0].clamp(0, V - 1)
-        py = target[bi, c, y]
-        dup = ((rej_parent == c[:, None]) & (cand == y[:, None])).any(1)
-        C = torch.where(active & ~dup, C + _weights(py), C)
-        acc = active & ((C > t) | ((py >= single) & (not th.exact)))
-        rej = active & ~acc
-        rej_parent.scatter_(1, xs[:, None], torch.where(rej, c, rej_parent.gather(
-            1, xs[:, None])[:, 0])[:, None])
-        # accepted: record, move to x, check its row, draw its level's threshold
-        col = j.clamp(max=max(D, 1) - 1)
-        acc_nodes.scatter_(1, col[:, None], torch.where(acc, xs, acc_nodes.gather(
-            1, col[:, None])[:, 0])[:, None])
-        tok_acc.scatter_(1, j.clamp(max=D)[:, None], torch.where(acc, y, tok_acc.gather(
-            1, j.clamp(max=D)[:, None])[:, 0])[:, None])
-        c = torch.where(acc, xs, c)
-        j = j + acc.long()
-        C = torch.where(acc, torch.zeros_like(C), C)
-        bad_row = acc & ~row_ok[bi, c]
-        valid = valid & ~bad_row
-        t = torch.where(acc, coin_threshold(m_coin[bi, c], Ath[bi, c]), t)
-        nxt = torch.where(j < D, nt[bi, c], torch.full_like(c, -1))
-        x = torch.where(acc, nxt, torch.where(rej, ns.gather(1, xs[:, None])[:, 0], x))
-        done = done | bad_row | (~done & (x < 0))
+    for level in range(D + 1):
+        p = target[bi, order[bi, c]]
+        w, A, row_ok = _row_stats(p)
+        bad = ~done & ~row_ok
+        valid = valid & ~bad
+        done = done | bad
+        if level == D:
+            break
+        kids = present & (par == c[:, None]) & ~done[:, None]
+        dup = (same & kids[:, None, :]).any(2)
+        C = torch.where(kids & ~dup, w.gather(1, y), torch.zeros_like(y)).cumsum(1)
+        Ath = A if acc_scale == 1.0 else torch.floor(
+            A.to(torch.float64) * acc_scale).to(torch.int64)
+        t = coin_threshold(m_coin[bi, c], Ath)
+        accm = kids & (C > t[:, None])
+        if relaxed:
+            accm = accm | (kids & (p.gather(1, y) >= th.single))
+        move = accm.any(1)
+        first = accm.to(torch.int8).argmax(1)
+        done = done | ~move
+        acc_nodes[:, level] = torch.where(move, order[bi, first], acc_nodes[:, level])
+        tok_acc[:, level] = torch.where(move, cand[bi, first], tok_acc[:, level])
+        c = torch.where(move, first, c)
+        j = j + move.long()
 
-    # the final draw at node c from w with the tokens tried at c removed
-    p = target[bi, c]
-    w = torch.where(((p >= 0) & (p <= 1)), _weights(p), torch.zeros_like(p, dtype=torch.int64))
+    # the final draw at node c from w with the tokens of its children (all tried) removed
+    p = target[bi, order[bi, c]]
+    w, _, _ = _row_stats(p)
+    kids = present & (par == c[:, None]) & (j < D)[:, None]
     tried = torch.zeros(B, V + 1, dtype=torch.bool, device=dev)
-    tried.scatter_(1, torch.where(rej_parent == c[:, None], cand.clamp(0, V - 1),
-                                  torch.full_like(cand, V)), True)
+    tried.scatter_(1, torch.where(kids, y, torch.full_like(y, V)), True)
     W = torch.where(tried[:, :V], torch.zeros_like(w), w)
     S = W.sum(1)
     W = torch.where((S == 0)[:, None], w, W)
     S = W.sum(1)
     tf = coin_threshold(coin_grid(final_coins.reshape(B)), S)
     final = torch.searchsorted(W.cumsum(1), tf[:, None], right=True)[:, 0].clamp(max=V - 1)
-    final = torch.where(valid & (S > 0), final, torch.full_like(final, -1))
     valid = valid & (S > 0)
+    final = torch.where(valid, final, torch.full_like(final, -1))
     tokens = tok_acc.scatter(1, j.clamp(max=D)[:, None], final[:, None])
     return CoinWalk(tokens, j, acc_nodes[:, :D], valid)
 
