@@ -61,6 +61,13 @@ def _row_stats(p: torch.Tensor):
     return w, w.sum(1), inside.all(1) & (mass > 0) & (mass <= (1 << 34))
 
 
+def final_weights(w: torch.Tensor, tried: torch.Tensor) -> torch.Tensor:
+    """The final draw's weights: w with the tried tokens zeroed, or w if nothing is left
+    (a named step, so that the tests' negative control can substitute it)."""
+    W = torch.where(tried, torch.zeros_like(w), w)
+    return torch.where((W.sum(1) == 0)[:, None], w, W)
+
+
 def coin_walk(candidates, tree, coins, final_coins, target, num_spec: int,
               th: Thresholds) -> CoinWalk:
     """The walk of section 13 on ``tree`` (``sglang.convert_tree``'s renumbering, in which
@@ -119,9 +126,7 @@ def coin_walk(candidates, tree, coins, final_coins, target, num_spec: int,
     kids = present & (par == c[:, None]) & (j < D)[:, None]
     tried = torch.zeros(B, V + 1, dtype=torch.bool, device=dev)
     tried.scatter_(1, torch.where(kids, y, torch.full_like(y, V)), True)
-    W = torch.where(tried[:, :V], torch.zeros_like(w), w)
-    S = W.sum(1)
-    W = torch.where((S == 0)[:, None], w, W)
+    W = final_weights(w, tried[:, :V])
     S = W.sum(1)
     tf = coin_threshold(coin_grid(final_coins.reshape(B)), S)
     final = torch.searchsorted(W.cumsum(1), tf[:, None], right=True)[:, 0].clamp(max=V - 1)

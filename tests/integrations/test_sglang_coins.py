@@ -197,3 +197,22 @@ def test_renorm_fallbacks():
     with pytest.raises(ValueError, match="tensor"):
         S.top_k_renorm_prob_fallback(probs, torch.tensor([1, 2, 3]))
 
+
+
+def test_coin_walk_statistics_and_negative_control(monkeypatch):
+    """The first emitted token of the caller-coin walk follows the target (chi-square on
+    fresh torch.rand coins, test_sglang's stat_case: acceptance, rejection and the residual
+    all occur), and the same test fails when the final draw forgets the tried tokens (the
+    classic wrong fallback), so it can fail."""
+    from tests.integrations.test_sglang import ALPHA, first_token_pvalue, stat_case
+    from specops.integrations import sglang_coins
+    B = 20000
+    case = stat_case(B, 9)
+    p, a, n = outputs(B, 4, 3)
+    S.tree_speculative_sampling_target_only(p, a, n, *case)
+    assert first_token_pvalue(p, case[1], B) > ALPHA
+    assert set(n.tolist()) == {0, 1, 2}
+    monkeypatch.setattr(sglang_coins, "final_weights", lambda w, tried: w)
+    p, a, n = outputs(B, 4, 3)
+    S.tree_speculative_sampling_target_only(p, a, n, *case)
+    assert first_token_pvalue(p, case[1], B) < ALPHA
