@@ -2,8 +2,8 @@
 (``--record`` writes ``bench/results/sglang_coins.md``).
 
 Medians over alternating repetitions in one run, as ratios to the memory floor (one read of
-``target_probs``: ``target.sum()``), for the caller-coin mode (section 13, vectorised int64
-torch ops) and the Philox mode (``verify_tree``'s walk on the C++ backend), on EAGLE-like
+``target_probs``: ``target.sum()``), for the caller-coin mode (section 13: the C++ kernel,
+and the vectorised int64 torch ops every device can run) and the Philox mode (``verify_tree``'s walk on the C++ backend), on EAGLE-like
 shapes (a top-4 tree of n nodes, fp32 probabilities).
 """
 from __future__ import annotations
@@ -55,8 +55,8 @@ def timed(fn, reps=15):
 
 
 def run() -> str:
-    lines = ["| bs, n, V | floor (ms) | caller coins / floor | philox (C++) / floor |",
-             "|---|---|---|---|"]
+    lines = ["| bs, n, V | floor (ms) | caller coins, C++ / floor | caller coins, torch ops "
+             "/ floor | philox (C++) / floor |", "|---|---|---|---|---|"]
     for B, n, V in SHAPES:
         cand, ri, nt, ns, u, uf, target = inputs(B, n, V)
 
@@ -66,22 +66,27 @@ def run() -> str:
 
         def coins():
             S.tree_speculative_sampling_target_only(*outs(), cand, ri, nt, ns, u, uf, target,
-                                                    validate=False)
+                                                    backend="cpu", validate=False)
+
+        def torch_ops():
+            S.tree_speculative_sampling_target_only(*outs(), cand, ri, nt, ns, u, uf, target,
+                                                    backend="torch", validate=False)
 
         def philox():
             S.tree_speculative_sampling_target_only(*outs(), cand, ri, nt, ns, u, uf, target,
                                                     randomness="philox", backend="cpu",
                                                     validate=False)
-        for f in (coins, philox):
+        for f in (coins, torch_ops, philox):
             f()                                   # warm-up
-        t = {"floor": [], "coins": [], "philox": []}
+        t = {"floor": [], "coins": [], "torch": [], "philox": []}
         for _ in range(5):                        # alternate
             t["floor"] += timed(lambda: target.sum(), 5)
             t["coins"] += timed(coins, 5)
+            t["torch"] += timed(torch_ops, 5)
             t["philox"] += timed(philox, 5)
         m = {k: statistics.median(v) for k, v in t.items()}
         lines.append(f"| {B}, {n}, {V} | {m['floor'] * 1e3:.2f} | {m['coins'] / m['floor']:.1f} "
-                     f"| {m['philox'] / m['floor']:.1f} |")
+                     f"| {m['torch'] / m['floor']:.1f} | {m['philox'] / m['floor']:.1f} |")
     return "\n".join(lines)
 
 

@@ -58,7 +58,9 @@ row at index i), and the accepted nodes are mapped back to sgl's slots and
   sgl-kernel reads them (the coin of the last accepted node per level), with the arithmetic
   of the contract's section 13: a float32 uniform is taken on the ``2**-24`` grid and compared
   with integer masses, so the tokens are a function of the caller's numbers, identical on every
-  device (``specops.integrations.sglang_coins``: vectorised int64 torch ops, no host sync), and
+  device (``specops.integrations.sglang_coins``: vectorised int64 torch ops, no host sync, on
+  any device; the C++ kernel ``csrc/verify/coins.cpp`` for CPU tensors with ``backend="auto"``
+  or ``"cpu"``; any other backend name selects the torch ops), and
   equal to sgl-kernel's wherever its float32 arithmetic is not within rounding of a boundary
   and it is exact (section 13 lists where specops deliberately differs: strict ``C > t``, so a
   zero-probability draft is never accepted by the coin, sglang #35771; masses normalised by
@@ -118,7 +120,8 @@ from typing import NamedTuple, Optional
 import torch
 
 from specops import _args
-from specops.integrations.sglang_coins import (coin_walk, greedy_walk,  # noqa: F401
+from specops.integrations.sglang_coins import (coin_walk, coin_walk_cpu,  # noqa: F401
+                                               greedy_walk, native_walk,
                                                top_k_renorm_prob_fallback,
                                                top_p_renorm_prob_fallback)
 from specops.reference.coins import check_thresholds
@@ -452,7 +455,7 @@ def tree_speculative_sampling_target_only(
     return _run_coins(predicts, accept_index, accept_token_num, candidates, retrive_index,
                       retrive_next_token, retrive_next_sibling, uniform_samples,
                       uniform_samples_for_final_sampling, target_probs, threshold_single,
-                      threshold_acc, validate)
+                      threshold_acc, validate, backend)
 
 
 def tree_speculative_sampling_target_only_rejmask(
@@ -602,8 +605,10 @@ def _checked_tree(nt, ns, S, N, validate):
 def _run_coins(predicts, accept_index, accept_token_num, candidates, retrive_index,
                retrive_next_token, retrive_next_sibling, uniform_samples,
                uniform_samples_for_final_sampling, target_probs, threshold_single,
-               threshold_acc, validate):
-    """The section 13 walk (caller coins) and its in-place outputs."""
+               threshold_acc, validate, backend):
+    """The section 13 walk (caller coins) and its in-place outputs: the C++ kernel
+    (``backend="cpu"``, or "auto" on CPU tensors) or the int64 torch ops (any other backend
+    name, any device); both are the reference's walk bit for bit."""
     if not isinstance(target_probs, torch.Tensor) or target_probs.dim() != 3:
         raise ValueError("target_probs must be a [bs, n, vocab] tensor, got "
                          f"{getattr(target_probs, 'shape', type(target_probs).__name__)}")
@@ -633,8 +638,13 @@ def _run_coins(predicts, accept_index, accept_token_num, candidates, retrive_ind
         if bad:
             raise ValueError(f"candidates of request(s) {bad} hold a token outside "
                              f"[0, vocab={V}) at a node of the tree")
-    walk = coin_walk(candidates, tree, uniform_samples, uniform_samples_for_final_sampling,
-                     target_probs, S, th)
+    if backend == "cpu" or (backend == "auto" and dev.type == "cpu" and native_walk()):
+        walk = coin_walk_cpu(candidates, retrive_next_token, retrive_next_sibling,
+                             uniform_samples, uniform_samples_for_final_sampling, target_probs,
+                             S, th)
+    else:
+        walk = coin_walk(candidates, tree, uniform_samples, uniform_samples_for_final_sampling,
+                         target_probs, S, th)
     _write_walk(walk, tree.malformed | present_bad.any(1), retrive_index, predicts,
                 accept_index, accept_token_num, S, N)
     return walk.valid & ~tree.malformed

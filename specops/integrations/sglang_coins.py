@@ -35,7 +35,7 @@ class CoinWalk(NamedTuple):
 
 def coin_grid(u: torch.Tensor) -> torch.Tensor:
     """m(u) of section 13, int64 (NaN and u <= 0: 0; u >= 1: 2**24 - 1)."""
-    x = u.to(torch.float64) * float(1 << COIN_BITS)
+    x = u.to(torch.float32).to(torch.float64) * float(1 << COIN_BITS)   # a float32 uniform
     x = torch.where(x > 0, x, torch.zeros_like(x))          # NaN fails x > 0
     x = torch.clamp(torch.floor(x), max=float((1 << COIN_BITS) - 1))
     return x.to(torch.int64)
@@ -180,6 +180,43 @@ def greedy_walk(candidates, next_token, next_sibling, retrive_index, target_pred
         done = done | (x < 0)
     tokens = tokens.scatter(1, j.clamp(max=D)[:, None], want[:, None])
     return CoinWalk(tokens, j, acc_nodes[:, :D], torch.ones(B, dtype=torch.bool, device=dev))
+
+
+# ----------------------------------------------------------------------------- C++
+def native_walk():
+    """specops._C's ``coin_walk`` (csrc/verify/coins.cpp), or None where it is not built."""
+    try:
+        from specops import _C
+    except ImportError:
+        return None
+    return getattr(_C, "coin_walk", None)
+
+
+def coin_walk_cpu(candidates, next_token, next_sibling, coins, final_coins, target,
+                  num_spec: int, th: Thresholds) -> CoinWalk:
+    """The same walk by the C++ kernel, on CPU tensors (walks sgl-kernel's links directly;
+    the caller has checked them).  Same outputs as ``coin_walk``, bit for bit."""
+    fn = native_walk()
+    if fn is None:
+        raise RuntimeError("backend='cpu' needs specops._C with coin_walk: rebuild it with "
+                           "`pip install -e .`")
+    B, N, V = target.shape
+    if target.device.type != "cpu":
+        raise ValueError(f"backend='cpu' needs CPU tensors, got {target.device}")
+    D = max(0, min(num_spec, N) - 1)
+    keep = [target.contiguous(), candidates.to(torch.int64).contiguous(),
+            next_token.to(torch.int64).contiguous(), next_sibling.to(torch.int64).contiguous(),
+            coins.reshape(B, N).to(torch.float32).contiguous(),
+            final_coins.reshape(B).to(torch.float32).contiguous()]
+    tokens = torch.empty(B, D + 1, dtype=torch.int32)
+    nacc = torch.empty(B, dtype=torch.int32)
+    nodes = torch.empty(B, max(D, 1), dtype=torch.int32)
+    valid = torch.empty(B, dtype=torch.uint8)
+    acc = 1.0 if th.exact or th.acc >= 1.0 else max(th.acc, ACC_CAP)
+    fn(*(t.data_ptr() for t in keep), B, N, V, D, not th.exact, th.single, acc,
+       tokens.data_ptr(), nacc.data_ptr(), nodes.data_ptr(), valid.data_ptr(),
+       torch.get_num_threads())
+    return CoinWalk(tokens.long(), nacc.long(), nodes[:, :D].long(), valid.bool())
 
 
 # ----------------------------------------------------------------------------- renorms

@@ -489,12 +489,14 @@ the output law away from the target's; ``exact_coin_law`` computes the moved law
 (continuous coin, implemented integers) and its TV from the target
 (``specops.reference.coins.threshold_tv``).  Thresholds must be in [0, 1] (NaN refused).
 
-*Where it runs.*  One implementation serves every device: ``specops/integrations/
-sglang_coins.py`` spells this walk in int64 torch ops (one tree level per step; exact float32
-scaling by 2**60, integer sums, compares and the limb-split product above; the only float64
-operations are the relaxed ``Ath``'s conversion and product, correctly rounded on CPU and
-GPU alike), so there is no per-backend kernel to keep in agreement; it is tested token for
-token against ``verify_coins_ref`` (``tests/integrations/test_sglang_coins.py``).
+*Where it runs.*  Two implementations, both tested token for token against
+``verify_coins_ref`` (``tests/integrations/test_sglang_coins.py``): the C++ kernel
+``csrc/verify/coins.cpp`` (CPU tensors; scalar code, so every ISA level is the same code) and
+``specops/integrations/sglang_coins.py``'s int64 torch ops, which run on any device (one tree
+level per step; exact float32 scaling by 2**60, integer sums, compares and the limb-split
+product above; the only float64 operations are the relaxed ``Ath``'s conversion and product,
+correctly rounded on CPU and GPU alike).  There is no Triton kernel: the torch ops are the
+GPU path.
 
 "*Uniform on the grid*": the law statements assume ``m`` uniform on ``[0, 2**24)`` and the
 coins of the levels independent; each level reads a different node's coin, and the final

@@ -17,9 +17,11 @@ import pytest
 import torch
 
 from specops.integrations import sglang as S
+from specops.integrations.sglang_coins import native_walk
 from specops.reference import coins as RC
 from tests.integrations.test_sglang import outputs, random_probs, random_sgl_tree
 
+BACKENDS = ["torch"] + (["cpu"] if native_walk() else [])
 THRESHOLDS = [(1.0, 1.0), (0.0, 0.0), (0.9, 0.7), (0.3, 1.0), (1.0, 0.25), (1.0, 1e-12)]
 
 
@@ -62,11 +64,7 @@ def random_case(rng, gen, trial):
     return cand, ri, nt, ns, u, uf, target, S_
 
 
-@pytest.mark.parametrize("ts,ta", THRESHOLDS)
-def test_coin_walk_equals_reference(ts, ta):
-    """Token for token (all three outputs and ``valid``) the reference's walk.  Catches any
-    difference in the integer coin threshold, the sibling order, the coin read at the
-    accepted node, duplicate handling, thresholds, the final draw or invalid rows."""
+def _check_walk_equals_reference(ts, ta, backend):
     rng = random.Random(11)
     gen = torch.Generator().manual_seed(11)
     for trial in range(24):
@@ -77,11 +75,29 @@ def test_coin_walk_equals_reference(ts, ta):
                torch.full((B,), -3, dtype=torch.int32))
         got = tuple(t.clone() for t in pre)
         valid = S.tree_speculative_sampling_target_only(
-            *got, cand, ri, nt, ns, u, uf, target, torch.zeros_like(target), ts, ta)
+            *got, cand, ri, nt, ns, u, uf, target, torch.zeros_like(target), ts, ta,
+            backend=backend)
         want, want_valid = expected(cand, ri, nt, ns, u, uf, target, S_, ts, ta, pre)
         for g, w in zip(got, want):
             assert torch.equal(g, w), (trial, g, w)
         assert torch.equal(valid, want_valid), trial
+
+
+@pytest.mark.parametrize("ts,ta", THRESHOLDS)
+def test_torch_walk_equals_reference(ts, ta):
+    """The int64 torch ops (every device's implementation) write, token for token (all three
+    outputs and ``valid``), what the reference's walk implies.  Catches any difference in
+    the integer coin threshold, the sibling order, the coin read at the accepted node,
+    duplicate handling, thresholds, the final draw or invalid rows."""
+    _check_walk_equals_reference(ts, ta, "torch")
+
+
+@pytest.mark.parametrize("ts,ta", THRESHOLDS)
+def test_cpp_walk_equals_reference(ts, ta, isa):
+    """The C++ kernel (csrc/verify/coins.cpp), at every ISA level, the same way."""
+    if native_walk() is None:
+        pytest.skip("specops._C is not built with coin_walk")
+    _check_walk_equals_reference(ts, ta, "cpu")
 
 
 def test_exact_mode_against_sglang_boundaries():
@@ -95,17 +111,19 @@ def test_exact_mode_against_sglang_boundaries():
     target[0, 0, 0], target[0, 0, 3] = 0.05, 0.95
     target[0, 1, 5], target[0, 1, 31] = 0.9, 0.1
     target[0, 2, 0] = 1.0
-    p, a, n = outputs(1, 3, 3)
-    S.tree_speculative_sampling_target_only(p, a, n, cand, ri, nt, ns,
-                                            torch.tensor([[0.0, 0.99, 0.0]]),
-                                            torch.tensor([0.5]), target)
-    assert n.tolist() == [1] and p[:2].tolist() == [3, 31]
-    target[0, 0, 3], target[0, 0, 0] = 0.0, 1.0          # the root's draft now has p = 0
-    p, a, n = outputs(1, 3, 3)
-    S.tree_speculative_sampling_target_only(p, a, n, cand, ri, nt, ns,
-                                            torch.tensor([[0.0, 0.0, 0.0]]),
-                                            torch.tensor([0.0]), target)
-    assert n.tolist() == [0] and p[0].item() == 0
+    for backend in BACKENDS:
+        t = target.clone()
+        p, a, n = outputs(1, 3, 3)
+        S.tree_speculative_sampling_target_only(p, a, n, cand, ri, nt, ns,
+                                                torch.tensor([[0.0, 0.99, 0.0]]),
+                                                torch.tensor([0.5]), t, backend=backend)
+        assert n.tolist() == [1] and p[:2].tolist() == [3, 31], backend
+        t[0, 0, 3], t[0, 0, 0] = 0.0, 1.0          # the root's draft now has p = 0
+        p, a, n = outputs(1, 3, 3)
+        S.tree_speculative_sampling_target_only(p, a, n, cand, ri, nt, ns,
+                                                torch.tensor([[0.0, 0.0, 0.0]]),
+                                                torch.tensor([0.0]), t, backend=backend)
+        assert n.tolist() == [0] and p[0].item() == 0, backend
 
 
 def sgl_greedy(cand, ri, nt, ns, tp, S_, pre):
@@ -208,11 +226,12 @@ def test_coin_walk_statistics_and_negative_control(monkeypatch):
     from specops.integrations import sglang_coins
     B = 20000
     case = stat_case(B, 9)
-    p, a, n = outputs(B, 4, 3)
-    S.tree_speculative_sampling_target_only(p, a, n, *case)
-    assert first_token_pvalue(p, case[1], B) > ALPHA
-    assert set(n.tolist()) == {0, 1, 2}
+    for backend in BACKENDS:
+        p, a, n = outputs(B, 4, 3)
+        S.tree_speculative_sampling_target_only(p, a, n, *case, backend=backend)
+        assert first_token_pvalue(p, case[1], B) > ALPHA, backend
+        assert set(n.tolist()) == {0, 1, 2}
     monkeypatch.setattr(sglang_coins, "final_weights", lambda w, tried: w)
     p, a, n = outputs(B, 4, 3)
-    S.tree_speculative_sampling_target_only(p, a, n, *case)
+    S.tree_speculative_sampling_target_only(p, a, n, *case, backend="torch")
     assert first_token_pvalue(p, case[1], B) < ALPHA
