@@ -235,3 +235,24 @@ def test_coin_walk_statistics_and_negative_control(monkeypatch):
     p, a, n = outputs(B, 4, 3)
     S.tree_speculative_sampling_target_only(p, a, n, *case, backend="torch")
     assert first_token_pvalue(p, case[1], B) < ALPHA
+
+
+def test_torch_walk_reads_no_host_values():
+    """With validate=False (the default for CUDA tensors) the torch-op walk, the tree
+    conversion and the output writes read no tensor value on the host (no device sync, so
+    CUDA-graph capture is possible), and give the validated call's outputs.  Catches an
+    ``.item()`` / ``bool(tensor)`` / ``.tolist()`` slipping into the device path."""
+    from tests._sync import no_host_reads
+    rng = random.Random(12)
+    gen = torch.Generator().manual_seed(12)
+    cand, ri, nt, ns, u, uf, target, S_ = random_case(rng, gen, 3)
+    B, N = cand.shape
+    want = outputs(B, N + 2, S_)
+    S.tree_speculative_sampling_target_only(*want, cand, ri, nt, ns, u, uf, target, 0.9, 0.7,
+                                            backend="torch")
+    got = outputs(B, N + 2, S_)
+    with no_host_reads() as seen:
+        S.tree_speculative_sampling_target_only(*got, cand, ri, nt, ns, u, uf, target, 0.9,
+                                                0.7, backend="torch", validate=False)
+    assert not seen, seen
+    assert all(torch.equal(g, w) for g, w in zip(got, want))
