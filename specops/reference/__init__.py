@@ -448,8 +448,9 @@ algorithm's).  The threshold of ``u`` on an integer mass ``M`` (``0 <= M < 2**63
 section 3; an invalid row ends the request invalid at depth j as in section 11):
 ``w(x) = trunc(p_c(x) * 2**60)``, ``A = sum w`` (int64).  The level's coin is
 ``coins[b, c]`` (sgl-kernel's: the coin of the node last accepted, the root's first).
-``Ath = A`` in the exact mode, else ``floor(float64(A) * float64(ta))`` (int64), with
+``Ath = A`` if ``threshold_acc = 1``, else ``floor(float64(A) * float64(ta))`` (int64), with
 ``ta = max(threshold_acc, float32(1e-9))`` (sgl-kernel's cap);  ``t = thr(coins[b, c], Ath)``.
+(Thresholds are taken as float32 values, as sgl-kernel's kernel receives them.)
 Children are tried in next-sibling order, starting at ``nt[c]``, with a running integer
 ``C = 0``: for child x with token y, if y was not tried before at this node ``C += w(y)``
 (a repeated token adds nothing: its mass was removed by the first rejection); accept x iff
