@@ -512,9 +512,9 @@ def tree_speculative_sampling(
         accept_index: torch.Tensor,                   # mutable
         accept_token_num: torch.Tensor,               # mutable
         candidates: torch.Tensor,
-        retrive_index: torch.Tensor,
-        retrive_next_token: torch.Tensor,
-        retrive_next_sibling: torch.Tensor,
+        retrive_index: Optional[torch.Tensor] = None,
+        retrive_next_token: Optional[torch.Tensor] = None,
+        retrive_next_sibling: Optional[torch.Tensor] = None,
         uniform_samples: Optional[torch.Tensor] = None,
         uniform_samples_for_final_sampling: Optional[torch.Tensor] = None,
         target_probs: Optional[torch.Tensor] = None,
@@ -524,7 +524,8 @@ def tree_speculative_sampling(
         deterministic: bool = True,
         *, method: str = "rsd", seed=None, offset=None,
         generator: Optional[torch.Generator] = None, backend: str = "auto",
-        validate: Optional[bool] = None) -> torch.Tensor:
+        validate: Optional[bool] = None, retrieve_index=None, retrieve_next_token=None,
+        retrieve_next_sibling=None) -> torch.Tensor:
     """The exact tree verification that uses the draft probabilities.
 
     Arguments and outputs as ``tree_speculative_sampling_target_only``, plus
@@ -535,6 +536,9 @@ def tree_speculative_sampling(
     target-only function.)  Returns ``valid`` [bs] bool.
     """
     del deterministic                 # specops is always deterministic
+    retrive_index, retrive_next_token, retrive_next_sibling = _spellings(
+        retrive_index, retrive_next_token, retrive_next_sibling, retrieve_index,
+        retrieve_next_token, retrieve_next_sibling)
     if draft_probs is None:
         raise ValueError("tree_speculative_sampling needs draft_probs [bs, n, vocab] (row i: "
                          "the distribution the children of node i were drawn from); without "

@@ -192,6 +192,14 @@ def test_rejmask_and_spellings():
         uniform_samples=u, uniform_samples_for_final_sampling=uf, target_probs=target,
         threshold_single=0.9, threshold_acc=0.7, deterministic=False)
     assert all(torch.equal(x, y) for x, y in zip(a, b))
+    draft = random_probs(gen, tuple(target.shape))
+    c, d = outputs(B, N + 2, S_), outputs(B, N + 2, S_)
+    S.tree_speculative_sampling(*c, cand, ri, nt, ns, u, uf, target, draft, seed=3)
+    S.tree_speculative_sampling(*d, cand, retrieve_index=ri, retrieve_next_token=nt,
+                                retrieve_next_sibling=ns, uniform_samples=u,
+                                uniform_samples_for_final_sampling=uf, target_probs=target,
+                                draft_probs=draft, seed=3)
+    assert all(torch.equal(x, y) for x, y in zip(c, d))
     with pytest.raises(TypeError, match="retrieve_index"):
         S.tree_speculative_sampling_target_only(*outputs(B, N + 2, S_), cand, ri, nt, ns, u,
                                                 uf, target, retrieve_index=ri)
