@@ -58,9 +58,10 @@ row at index i), and the accepted nodes are mapped back to sgl's slots and
   sgl-kernel reads them (the coin of the last accepted node per level), with the arithmetic
   of the contract's section 13: a float32 uniform is taken on the ``2**-24`` grid and compared
   with integer masses, so the tokens are a function of the caller's numbers, identical on every
-  device (``specops.integrations.sglang_coins``: vectorised int64 torch ops, no host sync, on
-  any device; the C++ kernel ``csrc/verify/coins.cpp`` for CPU tensors with ``backend="auto"``
-  or ``"cpu"``; any other backend name selects the torch ops), and
+  device (``backend="auto"``: the C++ kernel ``csrc/verify/coins.cpp`` for CPU tensors, the
+  vectorised int64 torch ops of ``specops.integrations.sglang_coins`` elsewhere, no host
+  sync; ``"cpu"``: the C++ kernel; ``"triton"``: ``triton_kernels/verify_coins.py``, one
+  launch, verified under Triton's interpreter only; any other name: the torch ops), and
   equal to sgl-kernel's wherever its float32 arithmetic is not within rounding of a boundary
   and it is exact (section 13 lists where specops deliberately differs: strict ``C > t``, so a
   zero-probability draft is never accepted by the coin, sglang #35771; masses normalised by
@@ -121,6 +122,7 @@ import torch
 
 from specops import _args
 from specops.integrations.sglang_coins import (coin_walk, coin_walk_cpu,  # noqa: F401
+                                               coin_walk_triton,
                                                greedy_walk, native_walk,
                                                top_k_renorm_prob_fallback,
                                                top_p_renorm_prob_fallback)
@@ -642,7 +644,10 @@ def _run_coins(predicts, accept_index, accept_token_num, candidates, retrive_ind
         if bad:
             raise ValueError(f"candidates of request(s) {bad} hold a token outside "
                              f"[0, vocab={V}) at a node of the tree")
-    if backend == "cpu" or (backend == "auto" and dev.type == "cpu" and native_walk()):
+    if backend == "triton":
+        walk = coin_walk_triton(candidates, tree, uniform_samples,
+                                uniform_samples_for_final_sampling, target_probs, S, th)
+    elif backend == "cpu" or (backend == "auto" and dev.type == "cpu" and native_walk()):
         walk = coin_walk_cpu(candidates, retrive_next_token, retrive_next_sibling,
                              uniform_samples, uniform_samples_for_final_sampling, target_probs,
                              S, th)

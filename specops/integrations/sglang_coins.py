@@ -219,6 +219,22 @@ def coin_walk_cpu(candidates, next_token, next_sibling, coins, final_coins, targ
     return CoinWalk(tokens.long(), nacc.long(), nodes[:, :D].long(), valid.bool())
 
 
+def coin_walk_triton(candidates, tree, coins, final_coins, target, num_spec: int,
+                     th: Thresholds) -> CoinWalk:
+    """The same walk by the Triton kernel (``triton_kernels/verify_coins.py``) on
+    ``convert_tree``'s renumbering; the coins' grid values are computed here with torch."""
+    from specops.triton_kernels import verify_coins
+    B, N, V = target.shape
+    order = tree.order
+    m = coin_grid(coins.reshape(B, -1)[:, :N]).gather(1, order)
+    acc = 1.0 if th.exact or th.acc >= 1.0 else max(th.acc, ACC_CAP)
+    tok, nacc, nodes, valid = verify_coins.coin_walk(
+        target, order, tree.parent_ids, tree.present,
+        candidates.to(torch.int64).gather(1, order), m, coin_grid(final_coins.reshape(B)),
+        max(0, min(num_spec, N) - 1), th.single, acc, not th.exact)
+    return CoinWalk(tok.long(), nacc.long(), nodes.long(), valid)
+
+
 # ----------------------------------------------------------------------------- renorms
 def _per_row(v, B, dev, dtype):
     if isinstance(v, torch.Tensor):

@@ -490,14 +490,14 @@ the output law away from the target's; ``exact_coin_law`` computes the moved law
 (continuous coin, implemented integers) and its TV from the target
 (``specops.reference.coins.threshold_tv``).  Thresholds must be in [0, 1] (NaN refused).
 
-*Where it runs.*  Two implementations, both tested token for token against
+*Where it runs.*  Three implementations, each tested token for token against
 ``verify_coins_ref`` (``tests/integrations/test_sglang_coins.py``): the C++ kernel
-``csrc/verify/coins.cpp`` (CPU tensors; scalar code, so every ISA level is the same code) and
-``specops/integrations/sglang_coins.py``'s int64 torch ops, which run on any device (one tree
-level per step; exact float32 scaling by 2**60, integer sums, compares and the limb-split
-product above; the only float64 operations are the relaxed ``Ath``'s conversion and product,
-correctly rounded on CPU and GPU alike).  There is no Triton kernel: the torch ops are the
-GPU path.
+``csrc/verify/coins.cpp`` (CPU tensors; scalar code, so every ISA level is the same code),
+the Triton kernel ``triton_kernels/verify_coins.py`` (tested under the interpreter; one
+program per request), and ``specops/integrations/sglang_coins.py``'s int64 torch ops, which
+run on any device (one tree level per step).  All use only exact float32 scaling by 2**60,
+integer sums and compares and the limb-split product above; the only float64 operations are
+the relaxed ``Ath``'s conversion and product, correctly rounded on CPU and GPU alike.
 
 "*Uniform on the grid*": the law statements assume ``m`` uniform on ``[0, 2**24)`` and the
 coins of the levels independent; each level reads a different node's coin, and the final

@@ -64,10 +64,10 @@ def random_case(rng, gen, trial):
     return cand, ri, nt, ns, u, uf, target, S_
 
 
-def _check_walk_equals_reference(ts, ta, backend):
+def _check_walk_equals_reference(ts, ta, backend, trials=24):
     rng = random.Random(11)
     gen = torch.Generator().manual_seed(11)
-    for trial in range(24):
+    for trial in range(trials):
         cand, ri, nt, ns, u, uf, target, S_ = random_case(rng, gen, trial)
         B, N = cand.shape
         pre = (torch.randint(-9, 0, (B * N + 2,), generator=gen, dtype=torch.int32),
@@ -100,6 +100,20 @@ def test_cpp_walk_equals_reference(ts, ta, isa):
     _check_walk_equals_reference(ts, ta, "cpu")
 
 
+@pytest.mark.parametrize("ts,ta", [(1.0, 1.0), (0.9, 0.7)])
+def test_triton_walk_equals_reference(ts, ta):
+    """The Triton kernel (triton_kernels/verify_coins.py, under the interpreter here) the
+    same way, on the first 8 cases of the table (one launch each: ~1 s per case set)."""
+    _check_walk_equals_reference(ts, ta, "triton", trials=8)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("ts,ta", THRESHOLDS)
+def test_triton_walk_equals_reference_full(ts, ta):
+    """The Triton kernel on the whole table, every threshold mode."""
+    _check_walk_equals_reference(ts, ta, "triton")
+
+
 def test_exact_mode_against_sglang_boundaries():
     """Coins fixed at the CDF boundaries of SGLang's test (coin 0.99 vs p = 0.9 rejects,
     the final coin lands on the only untried token), and the lower endpoint: coin 0 on a
@@ -111,7 +125,7 @@ def test_exact_mode_against_sglang_boundaries():
     target[0, 0, 0], target[0, 0, 3] = 0.05, 0.95
     target[0, 1, 5], target[0, 1, 31] = 0.9, 0.1
     target[0, 2, 0] = 1.0
-    for backend in BACKENDS:
+    for backend in BACKENDS + ["triton"]:
         t = target.clone()
         p, a, n = outputs(1, 3, 3)
         S.tree_speculative_sampling_target_only(p, a, n, cand, ri, nt, ns,
@@ -124,6 +138,25 @@ def test_exact_mode_against_sglang_boundaries():
                                                 torch.tensor([[0.0, 0.0, 0.0]]),
                                                 torch.tensor([0.0]), t, backend=backend)
         assert n.tolist() == [0] and p[0].item() == 0, backend
+
+
+def test_repeated_sibling_token_not_recounted():
+    """Two siblings with the same token (p = 0.4) and coin 0.6: the first is rejected, the
+    repeat adds no mass (C stays 0.4 < 0.6) and is rejected too, and the final draw avoids
+    the token.  sgl-kernel's re-count (C = 0.8) would accept the repeat: every
+    implementation must not."""
+    cand = torch.tensor([[0, 1, 1]])
+    ri = torch.tensor([[0, 1, 2]])
+    nt, ns = torch.tensor([[1, -1, -1]]), torch.tensor([[-1, 2, -1]])
+    target = torch.zeros(1, 3, 4)
+    target[0, 0] = torch.tensor([0.25, 0.4, 0.25, 0.1])
+    target[0, 1:, 0] = 1.0
+    for backend in BACKENDS + ["triton"]:
+        p, a, n = outputs(1, 3, 3)
+        S.tree_speculative_sampling_target_only(p, a, n, cand, ri, nt, ns,
+                                                torch.tensor([[0.6, 0.0, 0.0]]),
+                                                torch.tensor([0.5]), target, backend=backend)
+        assert n.tolist() == [0] and p[0].item() != 1, backend
 
 
 def sgl_greedy(cand, ri, nt, ns, tp, S_, pre):
@@ -245,8 +278,9 @@ def test_coin_walk_statistics_and_negative_control(monkeypatch):
     assert first_token_pvalue(p, case[1], B) < ALPHA
 
 
-def test_torch_walk_reads_no_host_values():
-    """With validate=False (the default for CUDA tensors) the torch-op walk, the tree
+def test_device_walks_read_no_host_values():
+    """With validate=False (the default for CUDA tensors) the torch-op walk and the Triton
+    launcher (its kernel's reads under the interpreter are Triton's own), the tree
     conversion and the output writes read no tensor value on the host (no device sync, so
     CUDA-graph capture is possible), and give the validated call's outputs.  Catches an
     ``.item()`` / ``bool(tensor)`` / ``.tolist()`` slipping into the device path."""
@@ -258,9 +292,10 @@ def test_torch_walk_reads_no_host_values():
     want = outputs(B, N + 2, S_)
     S.tree_speculative_sampling_target_only(*want, cand, ri, nt, ns, u, uf, target, 0.9, 0.7,
                                             backend="torch")
-    got = outputs(B, N + 2, S_)
-    with no_host_reads() as seen:
-        S.tree_speculative_sampling_target_only(*got, cand, ri, nt, ns, u, uf, target, 0.9,
-                                                0.7, backend="torch", validate=False)
-    assert not seen, seen
-    assert all(torch.equal(g, w) for g, w in zip(got, want))
+    for backend in ("torch", "triton"):
+        got = outputs(B, N + 2, S_)
+        with no_host_reads() as seen:
+            S.tree_speculative_sampling_target_only(*got, cand, ri, nt, ns, u, uf, target, 0.9,
+                                                    0.7, backend=backend, validate=False)
+        assert not seen, (backend, seen)
+        assert all(torch.equal(g, w) for g, w in zip(got, want)), backend
