@@ -2,7 +2,7 @@
 bundled ptxas) and check the PTX for what would break bitwise agreement with the reference:
 no fused multiply-add on floats, no approximate division / reciprocal / exp, no flush to zero.
 
-    python bench/gpu_compile_check.py [--arch 90] [--only fused|split|block|tree]
+    python bench/gpu_compile_check.py [--arch 90] [--only fused|split|block|tree|coins]
                                                      (a few minutes on 2 cores)
 """
 from __future__ import annotations
@@ -134,15 +134,27 @@ def tree_variants():
                                    OUT_P2=16)
 
 
+def coins_variants():
+    """The caller-coin walk (verify_coins.py, reference section 13): exact and relaxed."""
+    vc = importlib.import_module(TB._K.__name__ + ".verify_coins")
+    for relaxed, acc1 in ((False, True), (True, True), (True, False)):
+        yield vc._coin_kernel, dict(
+            t_ptr="*fp32", order_ptr="*i64", par_ptr="*i64", present_ptr="*i8",
+            cand_ptr="*i64", m_ptr="*i64", mf_ptr="*i64", acc_ptr="*fp64", tok_ptr="*i32",
+            nacc_ptr="*i32", nodes_ptr="*i32", valid_ptr="*i1", N="i32", V="i32", D="i32",
+            single="fp32"), dict(RELAXED=relaxed, ACC1=acc1, BLOCK_V=1024, N_P2=16, OUT_P2=16)
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--arch", type=int, default=90)
-    ap.add_argument("--only", choices=("fused", "split", "block", "tree"), default=None)
+    ap.add_argument("--only", choices=("fused", "split", "block", "tree", "coins"),
+                    default=None)
     args = ap.parse_args()
     target = GPUTarget("cuda", args.arch, 32)
     failures = 0
     todo = {"fused": variants, "split": split_variants, "block": block_variants,
-            "tree": tree_variants}
+            "tree": tree_variants, "coins": coins_variants}
     for fn, sig, consts in (v for name, gen in todo.items() if args.only in (None, name)
                             for v in gen()):
         order = fn.arg_names

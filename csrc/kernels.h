@@ -99,6 +99,29 @@ struct TreeArgs {
 
 void verify_tree(const TreeArgs& a);
 
+// Caller-supplied uniforms: sgl-kernel's tree walk (reference section 13) on its
+// first-child / next-sibling layout.  All arrays contiguous; request b's node n at b * N + n.
+struct CoinArgs {
+  const float* target = nullptr;        // [B, N, V] float32 probabilities
+  const int64_t* candidates = nullptr;  // [B, N]
+  const int64_t* next_token = nullptr;  // [B, N]
+  const int64_t* next_sibling = nullptr;
+  const float* coins = nullptr;         // [B, N]
+  const float* final_coins = nullptr;   // [B]
+  int64_t B = 0, N = 0, V = 0;
+  int64_t max_depth = 0;                // min(num_spec, N) - 1
+  bool relaxed = false;                 // thresholds other than (1, 1)
+  float single = 1.0f;                  // threshold_single (float32)
+  double acc_scale = 1.0;               // 1: Ath = A; else max(threshold_acc, 1e-9f)
+  int32_t* out_tokens = nullptr;        // [B, max_depth + 1]
+  int32_t* out_num_accepted = nullptr;  // [B]
+  int32_t* out_nodes = nullptr;         // [B, max_depth]: sgl slots
+  uint8_t* out_valid = nullptr;         // [B]
+  int threads = 1;
+};
+
+void coin_walk(const CoinArgs& a);
+
 // logits [N, V] -> probs [N, V] float32 contiguous, valid [N]; rows run on at most `threads`
 // threads.
 void sampling_probs(const Mat& logits, const TransformParams& params, float* out_probs,

@@ -1,13 +1,15 @@
-"""A drop-in for sgl-kernel's tree speculative sampling, backed by ``specops.verify_tree``.
+"""A drop-in for sgl-kernel's tree speculative sampling (contract section 13, and
+``specops.verify_tree``).
 
 SGLang's EAGLE worker verifies its draft tree with sgl-kernel's
 ``tree_speculative_sampling_target_only`` (``sgl-kernel/python/sgl_kernel/speculative.py``;
 CUDA in ``sgl-kernel/csrc/speculative/speculative_sampling.cu(h)``), called with keyword
 arguments from ``python/sglang/srt/speculative/eagle_info.py`` (``eagle_utils.py`` in older
 releases).  ``tree_speculative_sampling_target_only`` here has the same parameters, in the
-same order, and writes the same three outputs in place; ``tree_speculative_sampling`` is the
-exact variant that also uses the draft probabilities (sgl-kernel's ``FIXME: leverage draft
-probs``).  Neither imports SGLang or sgl-kernel.
+same order, and writes the same three outputs in place (the caller's uniforms are its coins
+by default, contract section 13); ``tree_speculative_sampling`` is the exact variant that
+also uses the draft probabilities (sgl-kernel's ``FIXME: leverage draft probs``).  Neither
+imports SGLang or sgl-kernel.
 
 **sgl-kernel's layout** (``bs`` requests, ``n = candidates.shape[1]`` tree nodes each,
 vocabulary ``d``).  Node ``i`` of request ``b`` is slot ``[b, i]``; slot 0 is the root (the
@@ -29,7 +31,7 @@ last verified token; its candidate is not a draft).
   that node: the (k+1)-th accepted draft for ``k < A``, the correction / bonus token for
   ``k = A`` (other entries of ``predicts`` are left as they are).
 
-**The mapping to ``verify_tree``** happens on the tensors' device with a fixed number of
+**The mapping to ``verify_tree``** (the Philox mode and ``tree_speculative_sampling``) happens on the tensors' device with a fixed number of
 vectorised torch ops (no host synchronisation, no data-dependent shapes, so nothing stands
 in the way of CUDA-graph capture): the links are turned into each node's first-child/next-sibling "binary
 tree" parent, and pointer jumping (``ceil(log2 n)`` rounds) gives every node's reachability
@@ -47,20 +49,30 @@ row at index i), and the accepted nodes are mapped back to sgl's slots and
 
 * *Exactness.*  sgl-kernel accepts child y while ``coin <= p(y_1) + ... + p(y)`` (one coin
   per node) and samples the correction from ``relu(p - tried siblings)``: exact for
-  distinct sibling tokens, in float32.  Here the walk is reference section 11 with point-mass
-  drafts: the same law, with integer residual weights, duplicate sibling tokens handled
-  exactly, and bit-identical results on every specops backend.
-* *Randomness.*  specops draws from its own Philox streams (reference section 4), never from
-  SGLang's float uniforms.  By default each request's 64-bit seed is derived on the device
-  from the bit patterns of that request's ``uniform_samples`` row and its
-  ``uniform_samples_for_final_sampling`` entry (``seeds_from_uniforms``: two 32-bit
-  multiply-add lanes, each mixed by a 32-bit integer finaliser), with ``offset`` as given
-  (default 0).  The output is then a deterministic function of the inputs, so SGLang's own
-  seeding (``torch.manual_seed``, its per-step ``torch.rand``) keeps runs reproducible, fresh
-  uniforms give a fresh stream, and no extra random number is drawn; only the uniforms'
-  entropy is used, never their values as coins.  Keyword ``seed`` (int or [bs] int64, with
-  optional ``offset``) or ``generator`` (a ``torch.Generator``) replace the derivation; with
-  no uniforms and neither keyword, seeds come from torch's default generator.
+  distinct sibling tokens, in float32.  The caller-coin walk (section 13) is that rule on
+  integer masses; the Philox mode is reference section 11 with point-mass drafts.  Both have
+  the target's law at thresholds 1, handle duplicate sibling tokens exactly, and give
+  bit-identical results wherever they run.
+* *Randomness.*  By default (``randomness="uniforms"``) the caller's ``uniform_samples``
+  are the accept coins and ``uniform_samples_for_final_sampling`` the final draw, read as
+  sgl-kernel reads them (the coin of the last accepted node per level), with the arithmetic
+  of the contract's section 13: a float32 uniform is taken on the ``2**-24`` grid and compared
+  with integer masses, so the tokens are a function of the caller's numbers, identical on every
+  device (``backend="auto"``: the C++ kernel ``csrc/verify/coins.cpp`` for CPU tensors, the
+  vectorised int64 torch ops of ``specops.integrations.sglang_coins`` elsewhere, no host
+  sync; ``"cpu"``: the C++ kernel; ``"triton"``: ``triton_kernels/verify_coins.py``, one
+  launch, verified under Triton's interpreter only; any other name: the torch ops), and
+  equal to sgl-kernel's wherever its float32 arithmetic is not within rounding of a boundary
+  and it is exact (section 13 lists where specops deliberately differs: strict ``C > t``, so a
+  zero-probability draft is never accepted by the coin, sglang #35771; masses normalised by
+  the row's integer mass; a repeated sibling token not counted twice; invalid rows emit -1).
+  ``randomness="philox"`` (implied by keyword ``seed`` (int or [bs] int64, with optional
+  ``offset``) or ``generator``, and used when either uniform tensor is None, as in the oldest
+  sgl-kernel) runs ``verify_tree``'s exact walk on specops' own Philox streams (reference
+  section 4): each request's 64-bit seed is derived on the device from the bit patterns of
+  its uniforms (``seeds_from_uniforms``: two 32-bit multiply-add lanes, each mixed by a
+  32-bit integer finaliser), with ``offset`` as given (default 0); with no uniforms and
+  neither keyword, seeds come from torch's default generator.
 * ``deterministic`` is accepted and ignored: specops is always deterministic.
 * ``draft_probs`` in the target-only function is ignored and *not* written (sgl-kernel uses
   it as scratch).  The argument may be omitted: the newest sgl-kernel dropped it, and a
@@ -74,10 +86,22 @@ row at index i), and the accepted nodes are mapped back to sgl's slots and
   ``predicts`` entry.  Both functions return the ``valid`` [bs] bool tensor (sgl-kernel
   returns None).
 
-**Refused.**  ``threshold_single`` or ``threshold_acc`` other than 1.0: sgl-kernel's lossy
-relaxation (accept a child whose target probability is above ``threshold_single``, or when
-``coin <= prob_acc / threshold_acc``) changes the output law; specops only verifies exactly
-and raises ``ValueError``.
+**Thresholds.**  ``threshold_single`` / ``threshold_acc`` below 1 (SGLang's
+``--speculative-accept-threshold-single/-acc``) are sgl-kernel's relaxed acceptance, defined in
+section 13 exactly as sgl-kernel applies them (``coin <= prob_acc / threshold_acc`` with
+``threshold_acc`` capped below at 1e-9, or ``p(y) >= threshold_single``) and **NON-EXACT**: the
+output law moves away from the target's (``specops.reference.coins.threshold_tv`` computes by
+how much for a given tree; ``bench/results/sglang_thresholds.md``).  Values outside [0, 1] or
+NaN raise ``ValueError``.  The Philox mode has no relaxed rule: there thresholds other than 1
+raise ``ValueError``.
+
+**The other sgl-kernel calls.**  ``tree_speculative_sampling_target_only_rejmask`` (sgl-kernel's
+variant that keeps the rejected tokens in a bit mask; same outputs) is the same walk;
+``verify_tree_greedy`` follows sgl-kernel's greedy loop (``target_predict`` read at the flat
+``retrive_index`` of the last accepted node); ``top_k_renorm_prob_fallback`` /
+``top_p_renorm_prob_fallback`` are SGLang's torch renorm fallbacks (host-side helpers, plain
+torch float arithmetic, not part of the contract).  Every call accepts ``retrieve_*`` (older
+sgl-kernel) beside ``retrive_*``.
 
 **The exact variant** ``tree_speculative_sampling(..., draft_probs, method="rsd")``:
 ``draft_probs`` [bs, n, d] float32 has the shape SGLang already allocates (zeros, in its
@@ -97,9 +121,17 @@ from typing import NamedTuple, Optional
 import torch
 
 from specops import _args
+from specops.integrations.sglang_coins import (coin_walk, coin_walk_cpu,  # noqa: F401
+                                               coin_walk_triton,
+                                               greedy_walk, native_walk,
+                                               top_k_renorm_prob_fallback,
+                                               top_p_renorm_prob_fallback)
+from specops.reference.coins import check_thresholds
 from specops.tree import verify_tree
 
 __all__ = ["tree_speculative_sampling_target_only", "tree_speculative_sampling",
+           "tree_speculative_sampling_target_only_rejmask", "verify_tree_greedy",
+           "top_k_renorm_prob_fallback", "top_p_renorm_prob_fallback",
            "convert_tree", "SglTree", "seeds_from_uniforms"]
 
 _MASK32 = 0xFFFFFFFF
@@ -372,9 +404,9 @@ def tree_speculative_sampling_target_only(
         accept_index: torch.Tensor,                   # mutable
         accept_token_num: torch.Tensor,               # mutable
         candidates: torch.Tensor,
-        retrive_index: torch.Tensor,
-        retrive_next_token: torch.Tensor,
-        retrive_next_sibling: torch.Tensor,
+        retrive_index: Optional[torch.Tensor] = None,
+        retrive_next_token: Optional[torch.Tensor] = None,
+        retrive_next_sibling: Optional[torch.Tensor] = None,
         uniform_samples: Optional[torch.Tensor] = None,
         uniform_samples_for_final_sampling: Optional[torch.Tensor] = None,
         target_probs: Optional[torch.Tensor] = None,
@@ -382,28 +414,99 @@ def tree_speculative_sampling_target_only(
         threshold_single: float = 1.0,
         threshold_acc: float = 1.0,
         deterministic: bool = True,
-        *, seed=None, offset=None, generator: Optional[torch.Generator] = None,
-        backend: str = "auto", validate: Optional[bool] = None) -> torch.Tensor:
-    """sgl-kernel's ``tree_speculative_sampling_target_only``, verified exactly by specops.
+        *, randomness: str = "uniforms", seed=None, offset=None,
+        generator: Optional[torch.Generator] = None, backend: str = "auto",
+        validate: Optional[bool] = None, retrieve_index=None, retrieve_next_token=None,
+        retrieve_next_sibling=None) -> torch.Tensor:
+    """sgl-kernel's ``tree_speculative_sampling_target_only``, verified by specops.
 
     Same parameters in the same order, same in-place outputs (``predicts``,
-    ``accept_index``, ``accept_token_num``; see the module docstring for the layout).  Every
-    child is an arbitrary proposal (point-mass drafts, as in sgl-kernel, which ignores the
-    draft probabilities): the emitted tokens follow the target distribution exactly.
-    ``draft_probs`` is ignored and never written.  ``threshold_single`` and
-    ``threshold_acc`` must be 1.0 (ValueError otherwise); ``deterministic`` is ignored.
-    Keyword-only: ``seed`` / ``offset`` / ``generator`` replace the seeds derived from the
-    uniforms; ``backend`` and ``validate`` as in ``specops.verify_tree`` (validate defaults
-    to False for CUDA tensors, so nothing synchronises).  Returns ``valid`` [bs] bool.
+    ``accept_index``, ``accept_token_num``; see the module docstring for the layout);
+    ``retrieve_*`` (older sgl-kernel) is accepted beside ``retrive_*``.  Every child is an
+    arbitrary proposal (point-mass drafts, as in sgl-kernel, which ignores the draft
+    probabilities).  ``draft_probs`` is ignored and never written; ``deterministic`` is
+    ignored (specops is always deterministic).
+
+    ``randomness="uniforms"`` (default, contract section 13): the caller's
+    ``uniform_samples`` [bs, n] are the accept coins and
+    ``uniform_samples_for_final_sampling`` [bs] the final draw, as in sgl-kernel; exact at
+    ``threshold_single = threshold_acc = 1``; other thresholds in [0, 1] are sgl-kernel's
+    NON-EXACT relaxation (``specops.reference.coins.threshold_tv`` measures it).
+    ``randomness="philox"`` (implied by ``seed=`` or ``generator=``, and used when
+    ``uniform_samples`` is None): ``verify_tree``'s exact walk with specops' Philox streams,
+    seeded as the module docstring says; thresholds must then be 1.  (The oldest
+    sgl-kernel form, without ``uniform_samples_for_final_sampling``, gets this mode too.)  ``backend`` and
+    ``validate`` as in ``specops.verify_tree`` (validate defaults to False for CUDA
+    tensors, so nothing synchronises).  Returns ``valid`` [bs] bool.
     """
     del deterministic                 # specops is always deterministic
+    retrive_index, retrive_next_token, retrive_next_sibling = _spellings(
+        retrive_index, retrive_next_token, retrive_next_sibling, retrieve_index,
+        retrieve_next_token, retrieve_next_sibling)
     if _is_number(draft_probs):       # the newest sgl-kernel: (..., target_probs, ts, ta, det)
         threshold_single, threshold_acc = draft_probs, threshold_single
-    _check_thresholds(threshold_single, threshold_acc)
-    return _run(predicts, accept_index, accept_token_num, candidates, retrive_index,
-                retrive_next_token, retrive_next_sibling, uniform_samples,
-                uniform_samples_for_final_sampling, target_probs, None, "rsd", seed, offset,
-                generator, backend, validate)
+    if randomness not in ("uniforms", "philox"):
+        raise ValueError(f"randomness must be 'uniforms' or 'philox', got {randomness!r}")
+    if (randomness == "philox" or seed is not None or generator is not None
+            or uniform_samples is None or uniform_samples_for_final_sampling is None):
+        _check_thresholds(threshold_single, threshold_acc)
+        return _run(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                    retrive_next_token, retrive_next_sibling, uniform_samples,
+                    uniform_samples_for_final_sampling, target_probs, None, "rsd", seed,
+                    offset, generator, backend, validate)
+    return _run_coins(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                      retrive_next_token, retrive_next_sibling, uniform_samples,
+                      uniform_samples_for_final_sampling, target_probs, threshold_single,
+                      threshold_acc, validate, backend)
+
+
+def tree_speculative_sampling_target_only_rejmask(
+        predicts: torch.Tensor, accept_index: torch.Tensor, accept_token_num: torch.Tensor,
+        candidates: torch.Tensor, retrive_index: Optional[torch.Tensor] = None,
+        retrive_next_token: Optional[torch.Tensor] = None,
+        retrive_next_sibling: Optional[torch.Tensor] = None,
+        uniform_samples: Optional[torch.Tensor] = None,
+        uniform_samples_for_final_sampling: Optional[torch.Tensor] = None,
+        target_probs: Optional[torch.Tensor] = None, threshold_single: float = 1.0,
+        threshold_acc: float = 1.0, deterministic: bool = True, **kw) -> torch.Tensor:
+    """sgl-kernel's ``..._rejmask`` variant (signature without ``draft_probs``).  sgl-kernel
+    keeps the rejected tokens in a bit mask instead of writing ``draft_probs``; its outputs
+    equal the target-only kernel's, and so do these: the same walk (section 13)."""
+    return tree_speculative_sampling_target_only(
+        predicts, accept_index, accept_token_num, candidates, retrive_index,
+        retrive_next_token, retrive_next_sibling, uniform_samples,
+        uniform_samples_for_final_sampling, target_probs, None, threshold_single,
+        threshold_acc, deterministic, **kw)
+
+
+def verify_tree_greedy(predicts: torch.Tensor, accept_index: torch.Tensor,
+                       accept_token_num: torch.Tensor, candidates: torch.Tensor,
+                       retrive_index: Optional[torch.Tensor] = None,
+                       retrive_next_token: Optional[torch.Tensor] = None,
+                       retrive_next_sibling: Optional[torch.Tensor] = None,
+                       target_predict: Optional[torch.Tensor] = None, *,
+                       retrieve_index=None, retrieve_next_token=None,
+                       retrieve_next_sibling=None, validate: Optional[bool] = None) -> None:
+    """sgl-kernel's ``verify_tree_greedy``: accept the first child (next-sibling order) whose
+    candidate equals ``target_predict`` at the last accepted node, for at most
+    ``accept_index.shape[1] - 1`` levels; the token after the last accepted node is its
+    ``target_predict``.  ``target_predict`` [bs, n] int64 is read, as in sgl-kernel, at the
+    flat position ``retrive_index[b, node]``.  Outputs in place, as the sampling call."""
+    retrive_index, retrive_next_token, retrive_next_sibling = _spellings(
+        retrive_index, retrive_next_token, retrive_next_sibling, retrieve_index,
+        retrieve_next_token, retrieve_next_sibling)
+    _int_tensor("target_predict", target_predict, 2)
+    B, N = candidates.shape
+    if tuple(target_predict.shape) != (B, N):
+        raise ValueError(f"target_predict must be [bs, n] = [{B}, {N}], got "
+                         f"{tuple(target_predict.shape)}")
+    S = _check_layout(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                      retrive_next_token, retrive_next_sibling, B, N, target_predict.device)
+    tree = _checked_tree(retrive_next_token, retrive_next_sibling, S, N, validate)
+    walk = greedy_walk(candidates, retrive_next_token, retrive_next_sibling, retrive_index,
+                       target_predict, S)
+    _write_walk(walk, tree.malformed, retrive_index, predicts, accept_index, accept_token_num,
+                S, N)
 
 
 def tree_speculative_sampling(
@@ -411,9 +514,9 @@ def tree_speculative_sampling(
         accept_index: torch.Tensor,                   # mutable
         accept_token_num: torch.Tensor,               # mutable
         candidates: torch.Tensor,
-        retrive_index: torch.Tensor,
-        retrive_next_token: torch.Tensor,
-        retrive_next_sibling: torch.Tensor,
+        retrive_index: Optional[torch.Tensor] = None,
+        retrive_next_token: Optional[torch.Tensor] = None,
+        retrive_next_sibling: Optional[torch.Tensor] = None,
         uniform_samples: Optional[torch.Tensor] = None,
         uniform_samples_for_final_sampling: Optional[torch.Tensor] = None,
         target_probs: Optional[torch.Tensor] = None,
@@ -423,7 +526,8 @@ def tree_speculative_sampling(
         deterministic: bool = True,
         *, method: str = "rsd", seed=None, offset=None,
         generator: Optional[torch.Generator] = None, backend: str = "auto",
-        validate: Optional[bool] = None) -> torch.Tensor:
+        validate: Optional[bool] = None, retrieve_index=None, retrieve_next_token=None,
+        retrieve_next_sibling=None) -> torch.Tensor:
     """The exact tree verification that uses the draft probabilities.
 
     Arguments and outputs as ``tree_speculative_sampling_target_only``, plus
@@ -434,6 +538,9 @@ def tree_speculative_sampling(
     target-only function.)  Returns ``valid`` [bs] bool.
     """
     del deterministic                 # specops is always deterministic
+    retrive_index, retrive_next_token, retrive_next_sibling = _spellings(
+        retrive_index, retrive_next_token, retrive_next_sibling, retrieve_index,
+        retrieve_next_token, retrieve_next_sibling)
     if draft_probs is None:
         raise ValueError("tree_speculative_sampling needs draft_probs [bs, n, vocab] (row i: "
                          "the distribution the children of node i were drawn from); without "
@@ -445,3 +552,128 @@ def tree_speculative_sampling(
                 retrive_next_token, retrive_next_sibling, uniform_samples,
                 uniform_samples_for_final_sampling, target_probs, draft_probs, method, seed,
                 offset, generator, backend, validate)
+
+
+# ----------------------------------------------------------------------------- section 13
+def _spellings(ri, nt, ns, ri2, nt2, ns2):
+    """retrive_* (current sgl-kernel) or retrieve_* (older releases), not both."""
+    out = []
+    for name, a, b in (("index", ri, ri2), ("next_token", nt, nt2),
+                       ("next_sibling", ns, ns2)):
+        if a is not None and b is not None:
+            raise TypeError(f"both retrive_{name} and retrieve_{name} were given")
+        if a is None and b is None:
+            raise TypeError(f"retrive_{name} (or retrieve_{name}) is required")
+        out.append(a if a is not None else b)
+    return out
+
+
+def _check_layout(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                  retrive_next_token, retrive_next_sibling, B, N, dev) -> int:
+    _int_tensor("predicts", predicts, 1)
+    _int_tensor("accept_index", accept_index, 2)
+    _int_tensor("accept_token_num", accept_token_num, 1)
+    for name, t in (("candidates", candidates), ("retrive_index", retrive_index),
+                    ("retrive_next_token", retrive_next_token),
+                    ("retrive_next_sibling", retrive_next_sibling)):
+        _int_tensor(name, t, 2)
+        if tuple(t.shape) != (B, N):
+            raise ValueError(f"{name} must have shape [bs, n] = [{B}, {N}], got "
+                             f"{tuple(t.shape)}")
+    for name, t in (("predicts", predicts), ("accept_index", accept_index),
+                    ("accept_token_num", accept_token_num), ("candidates", candidates),
+                    ("retrive_index", retrive_index), ("retrive_next_token", retrive_next_token),
+                    ("retrive_next_sibling", retrive_next_sibling)):
+        if t.device != dev:
+            raise ValueError(f"{name} is on {t.device}, the inputs on {dev}")
+    if accept_index.shape[0] != B or accept_token_num.shape[0] != B:
+        raise ValueError(f"accept_index must be [bs={B}, num_spec] and accept_token_num "
+                         f"[bs={B}], got {tuple(accept_index.shape)} and "
+                         f"{tuple(accept_token_num.shape)}")
+    if accept_index.shape[1] < 1:
+        raise ValueError("accept_index must have at least one column (num_spec >= 1)")
+    return accept_index.shape[1]
+
+
+def _checked_tree(nt, ns, S, N, validate):
+    _args.check_validate(validate)
+    tree = convert_tree(nt, ns, min(S, N) - 1)
+    if _args.may_read(validate, nt) and _args.may_read(validate, ns):
+        bad = tree.malformed.nonzero().flatten().tolist()
+        if bad:
+            raise ValueError(
+                f"malformed sgl tree in request(s) {bad}: every retrive_next_token / "
+                f"retrive_next_sibling entry must be -1 or in [0, n={N}), no node may be the "
+                "target of two links, and no link may point at the root (node 0)")
+    return tree
+
+
+def _run_coins(predicts, accept_index, accept_token_num, candidates, retrive_index,
+               retrive_next_token, retrive_next_sibling, uniform_samples,
+               uniform_samples_for_final_sampling, target_probs, threshold_single,
+               threshold_acc, validate, backend):
+    """The section 13 walk (caller coins) and its in-place outputs: the C++ kernel
+    (``backend="cpu"``, or "auto" on CPU tensors) or the int64 torch ops (any other backend
+    name, any device); both are the reference's walk bit for bit."""
+    if not isinstance(target_probs, torch.Tensor) or target_probs.dim() != 3:
+        raise ValueError("target_probs must be a [bs, n, vocab] tensor, got "
+                         f"{getattr(target_probs, 'shape', type(target_probs).__name__)}")
+    if target_probs.dtype != torch.float32:
+        raise TypeError(f"target_probs must be float32, got {target_probs.dtype}")
+    th = check_thresholds(*(v.item() if isinstance(v, torch.Tensor) else v
+                            for v in (threshold_single, threshold_acc)))
+    B, N, V = target_probs.shape
+    dev = target_probs.device
+    S = _check_layout(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                      retrive_next_token, retrive_next_sibling, B, N, dev)
+    for name, t, shape in (("uniform_samples", uniform_samples, (B, N)),
+                           ("uniform_samples_for_final_sampling",
+                            uniform_samples_for_final_sampling, (B,))):
+        if not isinstance(t, torch.Tensor) or t.numel() != B * (N if len(shape) == 2 else 1):
+            raise ValueError(f"{name} must be a {list(shape)} tensor (the caller's coins, "
+                             f"section 13), got {getattr(t, 'shape', type(t).__name__)}")
+        if not t.dtype.is_floating_point or t.device != dev:
+            raise TypeError(f"{name} must be a float tensor on {dev}, got {t.dtype} on "
+                            f"{t.device}")
+    tree = _checked_tree(retrive_next_token, retrive_next_sibling, S, N, validate)
+    present_bad = (tree.present & ((candidates.long().gather(1, tree.order) < 0)
+                                   | (candidates.long().gather(1, tree.order) >= V)))
+    present_bad[:, 0] = False
+    if _args.may_read(validate, candidates):
+        bad = present_bad.any(1).nonzero().flatten().tolist()
+        if bad:
+            raise ValueError(f"candidates of request(s) {bad} hold a token outside "
+                             f"[0, vocab={V}) at a node of the tree")
+    if backend == "triton":
+        walk = coin_walk_triton(candidates, tree, uniform_samples,
+                                uniform_samples_for_final_sampling, target_probs, S, th)
+    elif backend == "cpu" or (backend == "auto" and dev.type == "cpu" and native_walk()):
+        walk = coin_walk_cpu(candidates, retrive_next_token, retrive_next_sibling,
+                             uniform_samples, uniform_samples_for_final_sampling, target_probs,
+                             S, th)
+    else:
+        walk = coin_walk(candidates, tree, uniform_samples, uniform_samples_for_final_sampling,
+                         target_probs, S, th)
+    _write_walk(walk, tree.malformed | present_bad.any(1), retrive_index, predicts,
+                accept_index, accept_token_num, S, N)
+    return walk.valid & ~tree.malformed
+
+
+def _write_walk(walk, malformed, retrive_index, predicts, accept_index, accept_token_num,
+                S, N):
+    """A walk in sgl slots -> the three outputs; a malformed request writes 0 accepted and
+    -1 at its root's ``predicts`` entry."""
+    B = retrive_index.shape[0]
+    D = max(0, min(S, N) - 1)
+    tokens = torch.where(malformed[:, None], torch.full_like(walk.token_ids, -1),
+                         walk.token_ids)
+    nacc = torch.where(malformed, torch.zeros_like(walk.num_accepted), walk.num_accepted)
+    order = torch.arange(N, device=retrive_index.device).expand(B, N)
+    out = _Walked(tokens, nacc, walk.accepted_nodes)
+    _write_outputs(out, order, retrive_index, predicts, accept_index, accept_token_num, D)
+
+
+class _Walked(NamedTuple):
+    token_ids: torch.Tensor
+    num_accepted: torch.Tensor
+    accepted_nodes: torch.Tensor

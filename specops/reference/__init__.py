@@ -12,7 +12,8 @@ Where the code lives (every name is re-exported here, ``specops.reference.X``):
 ``constants`` (the numbers), ``philox`` (section 4), ``checks`` (sections 3 and 8),
 ``transform`` (section 2), ``draw`` (the per-position arithmetic of sections 1, 5, 9, 10),
 ``walk`` (``verify_rows_ref``: the token, forced and block walks, sections 1, 7, 9),
-``law`` (the exact laws by enumeration), ``tree`` and ``tree_law`` (section 11).
+``law`` (the exact laws by enumeration), ``tree`` and ``tree_law`` (section 11), ``coins``
+(section 13).
 
 1. The job
 ----------
@@ -423,6 +424,84 @@ The vocabulary-split GPU pipeline (``triton_kernels/split*.py``) computes the sa
 statistics as this module by reductions over vocabulary chunks: maxima, lowest-index argmax,
 counts and the integer masses of sections 2 and 5 combine exactly in any order, so it emits
 the same tokens.
+
+13. Caller-supplied uniforms (SGLang's tree walk; code in ``specops/reference/coins.py``)
+------------------------------------------------------------------------------------------
+sgl-kernel's ``tree_speculative_sampling_target_only`` takes its randomness from the caller:
+``coins`` [B, n] float32 (one per node) and ``final_coins`` [B].  This mode replaces section
+4's Philox with those numbers, so that an engine reproduces its host kernel's tokens from its
+own random stream.  The tree is sgl-kernel's first-child / next-sibling layout: node ``i`` of
+request b has token ``cand[i]``, first child ``nt[i]`` and next sibling ``ns[i]`` (-1: none);
+node 0 is the root; at most ``S - 1`` drafts are accepted (``S = num_spec``, the width of
+sgl-kernel's ``accept_index``).  Drafts are point masses (target only).
+
+*A float32 uniform as an integer.*  ``m(u) = 0`` if ``not u > 0`` (NaN included), ``2**24 - 1``
+if ``u >= 1``, else ``floor(u * 2**24)`` (exact: float64 product of the float32 value).
+torch's float32 ``rand`` yields exactly the multiples of ``2**-24``, so for them
+``u = m * 2**-24``; finer float32 values are rounded down to that grid.  Resolution: every
+probability the coins implement is a multiple of ``2**-24`` (within ``2**-24`` of the
+algorithm's).  The threshold of ``u`` on an integer mass ``M`` (``0 <= M < 2**63``) is
+``thr(u, M) = floor(m(u) * M / 2**24)`` (exact; the 88-bit product splits as
+``M = M1 * 2**32 + M0`` into ``m * M1 * 2**8 + floor(m * M0 / 2**24)``, all in int64).
+
+*The walk* (target row ``p_c`` of node c read in full and checked as a probability row,
+section 3; an invalid row ends the request invalid at depth j as in section 11):
+``w(x) = trunc(p_c(x) * 2**60)``, ``A = sum w`` (int64).  The level's coin is
+``coins[b, c]`` (sgl-kernel's: the coin of the node last accepted, the root's first).
+``Ath = A`` if ``threshold_acc = 1``, else ``floor(float64(A) * float64(ta))`` (int64), with
+``ta = max(threshold_acc, float32(1e-9))`` (sgl-kernel's cap);  ``t = thr(coins[b, c], Ath)``.
+(Thresholds are taken as float32 values, as sgl-kernel's kernel receives them.)
+Children are tried in next-sibling order, starting at ``nt[c]``, with a running integer
+``C = 0``: for child x with token y, if y was not tried before at this node ``C += w(y)``
+(a repeated token adds nothing: its mass was removed by the first rejection); accept x iff
+``C > t`` (strict) or (relaxed mode only) ``p_c(y) >= threshold_single`` (float32 compare).
+Accepted: emit y, record x, ``c = x``, ``j += 1``; stop trying children once ``j = S - 1``.
+Every child rejected (or none, or ``j = S - 1``): the final token is drawn with
+``final_coins[b]`` from ``W(x) = w(x)`` for tokens not tried at c, 0 for tried ones,
+``Sum = sum W``; if ``Sum == 0`` from ``W = w`` (if that is 0 the row is invalid);
+``tf = thr(final_coins[b], Sum)``, the token is the smallest x with ``W(0)+...+W(x) > tf``.
+
+*The exact mode* (``threshold_single == threshold_acc == 1``): child k of a level is
+accepted iff ``t`` falls in ``[C_{k-1}, C_k)``: the siblings partition ``[0, A)`` in
+proportion to their target mass, the rest of it goes to the residual draw, so the output
+law is the target's (point-mass drafts, section 11's law) up to the ``2**-24`` resolution,
+for any coin that is uniform on the grid.  ``exact_coin_law`` enumerates it with a continuous
+coin and the implemented integers (equal to the target law to 1e-12 at thresholds 1).
+
+*Where specops deliberately differs from sgl-kernel* (its float32 arithmetic otherwise gives
+the same branches except within float32 rounding of a boundary):
+(1) strict ``C > t`` where sgl-kernel has ``coin <= prob_acc``: a draft of target probability
+0 is never accepted by the coin (sglang #35771: with ``coin = 0`` sgl-kernel accepts it);
+(2) masses are normalised by the row's integer mass ``A`` (sgl-kernel compares the raw float
+sum, which is off by the row's rounding);
+(3) a repeated sibling token adds nothing to ``C`` (sgl-kernel adds its probability again,
+which over-accepts it);
+(4) an invalid target row emits -1 (``valid = False``) where sgl-kernel emits a token;
+(5) in the exact mode the ``p >= threshold_single = 1`` test is not applied (it only fires
+for a row whose entry is 1 and whose mass exceeds 1).
+
+*Relaxed thresholds* (``threshold_single < 1`` or ``threshold_acc < 1``, SGLang's
+``--speculative-accept-threshold-*``): **NON-EXACT**.  sgl-kernel's rule
+``coin <= prob_acc / threshold_acc or p(y) >= threshold_single`` as above: the first test
+accepts more often (``t`` is drawn on ``Ath <= A``), the second accepts any draft whose target
+probability reaches ``threshold_single``, even one of probability 0 when
+``threshold_single <= 0`` (the caller's explicit choice; sgl-kernel does the same).  Both move
+the output law away from the target's; ``exact_coin_law`` computes the moved law exactly
+(continuous coin, implemented integers) and its TV from the target
+(``specops.reference.coins.threshold_tv``).  Thresholds must be in [0, 1] (NaN refused).
+
+*Where it runs.*  Three implementations, each tested token for token against
+``verify_coins_ref`` (``tests/integrations/test_sglang_coins.py``): the C++ kernel
+``csrc/verify/coins.cpp`` (CPU tensors; scalar code, so every ISA level is the same code),
+the Triton kernel ``triton_kernels/verify_coins.py`` (tested under the interpreter; one
+program per request), and ``specops/integrations/sglang_coins.py``'s int64 torch ops, which
+run on any device (one tree level per step).  All use only exact float32 scaling by 2**60,
+integer sums and compares and the limb-split product above; the only float64 operations are
+the relaxed ``Ath``'s conversion and product, correctly rounded on CPU and GPU alike.
+
+"*Uniform on the grid*": the law statements assume ``m`` uniform on ``[0, 2**24)`` and the
+coins of the levels independent; each level reads a different node's coin, and the final
+draw its own entry, so fresh ``torch.rand`` tensors satisfy this.
 
 The reference itself is written for clarity (a loop over requests, numpy per row); it is the
 oracle, not a fast path.

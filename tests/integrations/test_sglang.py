@@ -332,7 +332,7 @@ def test_outputs_equal_verify_tree(backend):
         got = tuple(t.clone() for t in pre)
         valid = S.tree_speculative_sampling_target_only(
             *got, candidates, ri, nt, ns, u, uf, target, torch.zeros_like(target),
-            backend=backend)
+            backend=backend, randomness="philox")
         seeds = S.seeds_from_uniforms(u, uf)
         want = expected_via_verify_tree(candidates, ri, nt, ns, target, None, S_, seeds,
                                         backend, pre=pre)
@@ -375,17 +375,28 @@ def test_exact_variant_equals_verify_tree(method):
 
 # ----------------------------------------------------------------------------- (d) refusals
 def test_thresholds_refused():
+    """Thresholds other than 1 are refused where specops' own Philox walk runs (it has no
+    relaxed mode); in the caller-coin mode (section 13) only values outside [0, 1] or NaN are
+    refused, naming the argument.  Catches: a relaxation silently applied to the exact
+    Philox walk, or a NaN threshold reaching the walk."""
     candidates, ri, nt, ns, target = sgl_documented_case()
     args = (candidates, ri, nt, ns, _uniform(2, 6), _uniform(2), target)
     for ts, ta in [(0.9, 1.0), (1.0, 0.5), (0.0, 0.0), (float("nan"), 1.0)]:
         with pytest.raises(ValueError, match="threshold"):
             S.tree_speculative_sampling_target_only(*outputs(2, 6, 4), *args,
-                                                    torch.zeros_like(target), ts, ta)
+                                                    torch.zeros_like(target), ts, ta,
+                                                    randomness="philox")
         with pytest.raises(ValueError, match="threshold"):
             S.tree_speculative_sampling(*outputs(2, 6, 4), *args, torch.zeros_like(target),
                                         threshold_single=ts, threshold_acc=ta)
+    for ts, ta, name in [(float("nan"), 1.0, "threshold_single"), (1.0, -0.1, "threshold_acc"),
+                         (1.5, 1.0, "threshold_single"), (1.0, float("inf"), "threshold_acc")]:
+        with pytest.raises(ValueError, match=name):
+            S.tree_speculative_sampling_target_only(*outputs(2, 6, 4), *args,
+                                                    torch.zeros_like(target), ts, ta)
     with pytest.raises(ValueError, match="threshold_single"):   # newest positional form
-        S.tree_speculative_sampling_target_only(*outputs(2, 6, 4), *args, 0.5)
+        S.tree_speculative_sampling_target_only(*outputs(2, 6, 4), *args, 0.5,
+                                                randomness="philox")
     with pytest.raises(ValueError, match="draft_probs"):
         S.tree_speculative_sampling(*outputs(2, 6, 4), *args)
     with pytest.raises(ValueError, match="method"):
