@@ -164,6 +164,92 @@ int64_t block_lanes(const float* p, const float* q, double rho, int64_t i, int64
   return i;
 }
 
+// ------------------------------------------------------------------ one pass over p and q
+// The block mass and the min mass of a position read in one pass over p and q, p taken
+// from a transformed row (FROM_E: what materialize would store, computed per vector as
+// row_weights does) or from a probability row, so that block verification and the rates
+// neither store p nor a residual row.  The sums are the ones block_lanes and the MIN
+// weight_lanes form (integer sums: the order does not matter), per kDrawBlock for the draw.
+// A vector whose p is all +0 adds 0 to both (d = 0 - max(q, 0) only where 0 > q, which is
+// 0; min(0, .) = 0) and skips q.
+template <class S, bool FROM_E, bool BLOCK, bool MIN, bool HAS_Q>
+int64_t pq_lanes(const float* p, const float* q, double rho, int64_t i, int64_t end,
+                 uint64_t& sblock, uint64_t& smin, const FromE& fe) {
+  using F = typename S::F;
+  using D = typename S::D;
+  constexpr int ND = S::W / S::WD;
+  const F zero = S::splat(0.0f), one = S::splat(1.0f), vcut = S::splat(fe.cut);
+  const bool evaluate = !(fe.cut >= 0x1p-40f);  // see materialize_t
+  const D vrho = S::splat_d(rho), dzero = S::splat_d(0.0), s60 = S::splat_d(0x1p60);
+  typename S::L acc = S::zero_l();
+  WeightSum<S> ws;
+  for (; i + S::W <= end; i += S::W) {
+    F pv;
+    if (FROM_E) {
+      F ev = S::load(p + i);
+      const typename S::M skipped = lt(ev, zero);
+      if (any(skipped))
+        ev = keep(mnot(skipped), ev) + (evaluate ? keep(skipped, pexp_v<S>(ev)) : zero);
+      if (!fe.sparse) {
+        pv = div_flush(ev, fe.ds);
+      } else {
+        const typename S::M in = ge(ev, vcut);
+        if (!any(in & ne_u(ev, zero))) continue;
+        pv = keep(in, div_flush(ev, fe.ds));
+      }
+    } else {
+      pv = S::load(p + i);
+      if (!any(ne_u(pv, zero))) continue;
+    }
+    if (BLOCK) {
+      alignas(64) float pl[S::W];
+      store(pl, pv);
+      for (int k = 0; k < ND; ++k) {
+        const D a = S::load_wide(pl + k * S::WD) * vrho;
+        const D b = HAS_Q ? S::load_wide(q + i + k * S::WD) : dzero;
+        acc = acc + trunc_l(keep(gt(a, b), a - max(b, dzero)) * s60);  // NaN: gt is false
+      }
+    }
+    if (MIN) {  // disjoint masks: one term is +0, the sum is exact (weight_lanes' MIN)
+      const F qv = S::load(q + i);
+      const F qq = keep(gt(qv, zero), qv);
+      const F rv = keep(le(pv, qq), pv) + keep(gt(pv, qq), qq);
+      ws.add(FROM_E ? rv : keep(ge(rv, zero) & le(rv, one), rv));
+    }
+  }
+  if (BLOCK) sblock += hsum(acc);
+  if (MIN) smin += ws.total();
+  return i;
+}
+
+template <bool FROM_E, bool BLOCK, bool MIN, bool HAS_Q>
+uint64_t pq_t(const float* p, const float* q, double rho, int64_t V, uint64_t* bsum,
+              uint64_t* min_out, const FromE& fe) {
+  uint64_t total = 0, tmin = 0;
+  for (int64_t b0 = 0, k = 0; b0 < V; b0 += kDrawBlock, ++k) {
+    const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
+    uint64_t s = 0;
+    const int64_t i =
+        pq_lanes<Native, FROM_E, BLOCK, MIN, HAS_Q>(p, q, rho, b0, b1, s, tmin, fe);
+    if constexpr (Native::W > 1)
+      pq_lanes<Scalar, FROM_E, BLOCK, MIN, HAS_Q>(p, q, rho, i, b1, s, tmin, fe);
+    if (bsum) bsum[k] = s;
+    total += s;
+  }
+  if (min_out) *min_out = tmin;
+  return total;
+}
+
+template <bool FROM_E>
+uint64_t pq_dispatch(const float* p, const float* q, double rho, int64_t V, uint64_t* bsum,
+                     bool block, uint64_t* min_out, const FromE& fe) {
+  if (min_out && !q) return 0;  // (callers ask the min mass only with a draft row)
+  if (block && min_out) return pq_t<FROM_E, true, true, true>(p, q, rho, V, bsum, min_out, fe);
+  if (min_out) return pq_t<FROM_E, false, true, true>(p, q, rho, V, bsum, min_out, fe);
+  return q ? pq_t<FROM_E, true, false, true>(p, q, rho, V, bsum, nullptr, fe)
+           : pq_t<FROM_E, true, false, false>(p, nullptr, rho, V, bsum, nullptr, fe);
+}
+
 // ------------------------------------------------------------------ tree residual update
 // One token of tree_update (passes.h): R' = max(trunc(d * 2^60), 0), d = R * ia - qn in float64
 // (-2^60 <= d * 2^60 <= 2^61: converts exactly); the lanes below follow the same rule.
@@ -202,6 +288,13 @@ uint64_t row_weights(const float* e, float cut, double sd, bool sparse, const fl
   const FromE fe{cut, DivScale(kEScale, sd), sparse || cut > 0.0f};
   return q ? weights_t<true, true>(e, q, r, V, bsum, bad, fe)
            : weights_t<false, true>(e, nullptr, r, V, bsum, bad, fe);
+}
+
+uint64_t pq_masses(const PRow& pr, const float* q, double rho, int64_t V, uint64_t* bsum,
+                   bool block, uint64_t* min_out) {
+  if (!pr.from_e) return pq_dispatch<false>(pr.p, q, rho, V, bsum, block, min_out, FromE{});
+  const FromE fe{pr.cut, DivScale(kEScale, pr.sd), pr.sparse || pr.cut > 0.0f};
+  return pq_dispatch<true>(pr.p, q, rho, V, bsum, block, min_out, fe);
 }
 
 // sum of trunc(min(p, q > 0 ? q : 0) * 2^60): beta of the acceptance rates (p, q valid rows)

@@ -370,6 +370,7 @@ constexpr Passes level_passes() {
   p.row_weights = &SPECOPS_LEVEL::row_weights;
   p.block_mass = &SPECOPS_LEVEL::block_mass;
   p.min_mass = &SPECOPS_LEVEL::min_mass;
+  p.pq_masses = &SPECOPS_LEVEL::pq_masses;
   p.tree_update = &SPECOPS_LEVEL::tree_update;
   return p;
 }

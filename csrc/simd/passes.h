@@ -51,6 +51,17 @@ struct ExpOptions {
   int64_t prefetch_bytes = 0;
 };
 
+// The p of a position for pq_masses: a probability row (from_e false: p itself), or a
+// transformed row as RowP (transform/transform.h) holds it (e, cut, sd, sparse), whose p is
+// computed per vector exactly as materialize would store it.
+struct PRow {
+  const float* p = nullptr;
+  bool from_e = false;
+  float cut = 0.0f;
+  double sd = 1.0;
+  bool sparse = true;
+};
+
 struct Passes {
   const char* name;
   // x = src * inv_t (stored to dst unless dst is null), with its flags and max
@@ -93,6 +104,10 @@ struct Passes {
   // acceptance rates (reference section 10): sum of trunc(min(p, q > 0 ? q : 0) * 2^60);
   // r: scratch of V floats
   uint64_t (*min_mass)(const float* p, const float* q, float* r, int64_t V);
+  // block_mass (block: the returned total, per kDrawBlock into block_sums if given; q null:
+  // q = 0) and, with min_out (and q), min_mass, in one read of p and q that stores nothing
+  uint64_t (*pq_masses)(const PRow& p, const float* q, double rho, int64_t V,
+                        uint64_t* block_sums, bool block, uint64_t* min_out);
   // tree verification (reference section 11), in place over R [V] (0 <= R <= 2^61):
   // R = max(trunc((R * ia - (Qw ? Qw * iq : z == y)) * 2^60), 0) in float64, skipping the
   // kDrawBlock blocks whose block_sums entry is 0 (they stay 0); block_sums updated; returns
@@ -105,7 +120,7 @@ struct Passes {
 constexpr bool complete(const Passes& p) {
   return p.name && p.scale_max && p.exp_pass && p.masked_mass && p.materialize && p.first_eq &&
          p.gather_ge && p.gather_key && p.band_pass && p.weights && p.row_weights &&
-         p.block_mass && p.min_mass && p.tree_update;
+         p.block_mass && p.min_mass && p.pq_masses && p.tree_update;
 }
 
 // Levels, lowest first.  The tables a build contains (see isa.cpp).
