@@ -572,6 +572,29 @@ PYBIND11_MODULE(_C, m) {
       "kDrawBlock tokens of trunc(d 2^60), d = rho p - max(q, 0) where rho p > q else 0 in "
       "float64 (q None: 0), and their total.");
 
+  m.def(
+      "probs_summary",
+      [](uint64_t addr, int64_t rows, int64_t cols, int64_t stride, int threads) {
+        if (rows < 0 || cols < 0 || (rows > 0 && !addr) || stride < cols)
+          fail("probs_summary: a float32 matrix view (address, rows, cols, row stride)");
+        Mat m;
+        m.ptr = reinterpret_cast<const void*>(uintptr_t(addr));
+        m.dtype = specops::kF32;
+        m.rows = rows;
+        m.cols = cols;
+        m.stride = stride;
+        specops::ProbsSummary s;
+        {
+          py::gil_scoped_release nogil;
+          s = specops::probs_summary(m, nullptr, nullptr, nullptr, threads < 1 ? 1 : threads);
+        }
+        return py::make_tuple(s.lo, s.hi, s.sum_lo, s.sum_hi);
+      },
+      py::arg("address"), py::arg("rows"), py::arg("cols"), py::arg("stride"),
+      py::arg("threads"),
+      "The draft_probs check's summary of a float32 [rows, cols] matrix (unit column stride) "
+      "-> (lo, hi, smallest row sum, largest row sum); lo = hi = NaN when an entry is NaN.");
+
   m.def("isa", &specops::isa,
         "The active ISA level: 'scalar', 'sse2', 'avx2' or 'avx512'.  Raises ValueError when "
         "SPECOPS_CPU_ISA asks for a level that is unknown or cannot run here.");
