@@ -250,6 +250,23 @@ uint64_t pq_dispatch(const float* p, const float* q, double rho, int64_t V, uint
            : pq_t<FROM_E, true, false, false>(p, nullptr, rho, V, bsum, nullptr, fe);
 }
 
+// ------------------------------------------------------------------ integer weights
+// W = trunc(x * 2^60) for x in [0, 1] (tree verification's R and Qw): float64(x) * 2^60 is
+// exact and <= 2^60 (trunc_l's range), the same integer as the float32 product's.  Stored
+// to W when given, added to s; returns where the whole vectors stopped.
+template <class S>
+int64_t int_weight_lanes(const float* x, int64_t* W, int64_t i, int64_t end, uint64_t& s) {
+  const typename S::D s60 = S::splat_d(0x1p60);
+  typename S::L acc = S::zero_l();
+  for (; i + S::WD <= end; i += S::WD) {
+    const typename S::L w = trunc_l(S::load_wide(x + i) * s60);
+    if (W) store(W + i, w);
+    acc = acc + w;
+  }
+  s += hsum(acc);
+  return i;
+}
+
 // ------------------------------------------------------------------ tree residual update
 // One token of tree_update (passes.h): R' = max(trunc(d * 2^60), 0), d = R * ia - qn in float64
 // (-2^60 <= d * 2^60 <= 2^61: converts exactly); the lanes below follow the same rule.
@@ -321,6 +338,19 @@ uint64_t block_mass(const float* p, const float* q, double rho, int64_t V, uint6
     uint64_t s = 0;
     const int64_t i = block_lanes<Native>(p, q, rho, b0, b1, s);
     if constexpr (Native::WD > 1) block_lanes<Scalar>(p, q, rho, i, b1, s);
+    if (bsum) bsum[k] = s;
+    total += s;
+  }
+  return total;
+}
+
+uint64_t int_weights(const float* x, int64_t V, int64_t* W, uint64_t* bsum) {
+  uint64_t total = 0;
+  for (int64_t b0 = 0, k = 0; b0 < V; b0 += kDrawBlock, ++k) {
+    const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
+    uint64_t s = 0;
+    const int64_t i = int_weight_lanes<Native>(x, W, b0, b1, s);
+    if constexpr (Native::WD > 1) int_weight_lanes<Scalar>(x, W, i, b1, s);
     if (bsum) bsum[k] = s;
     total += s;
   }

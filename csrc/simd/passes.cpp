@@ -414,6 +414,7 @@ constexpr Passes level_passes() {
   p.min_mass = &SPECOPS_LEVEL::min_mass;
   p.pq_masses = &SPECOPS_LEVEL::pq_masses;
   p.row_stats = &row_stats;
+  p.int_weights = &SPECOPS_LEVEL::int_weights;
   p.tree_update = &SPECOPS_LEVEL::tree_update;
   return p;
 }

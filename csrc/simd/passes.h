@@ -118,6 +118,9 @@ struct Passes {
   // min, max and sum of a row (RowStats); the sum: float32 lanes per kLaneBlock vectors,
   // then float64 (a check within a tolerance, not part of any token's arithmetic)
   RowStats (*row_stats)(const float* p, int64_t V);
+  // W = trunc(x * 2^60) for x in [0, 1] (stored when W is given), summed per kDrawBlock into
+  // block_sums when given; returns the total (tree verification's R and Qw)
+  uint64_t (*int_weights)(const float* x, int64_t V, int64_t* W, uint64_t* block_sums);
   // tree verification (reference section 11), in place over R [V] (0 <= R <= 2^61):
   // R = max(trunc((R * ia - (Qw ? Qw * iq : z == y)) * 2^60), 0) in float64, skipping the
   // kDrawBlock blocks whose block_sums entry is 0 (they stay 0); block_sums updated; returns
@@ -131,7 +134,7 @@ constexpr bool complete(const Passes& p) {
   return p.name && p.scale_max && p.exp_pass && p.masked_mass && p.materialize && p.first_eq &&
          p.gather_ge && p.gather_key && p.band_pass && p.weights && p.row_weights &&
          p.block_mass && p.min_mass && p.pq_masses && p.row_stats &&
-         p.tree_update;
+         p.int_weights && p.tree_update;
 }
 
 // Levels, lowest first.  The tables a build contains (see isa.cpp).
