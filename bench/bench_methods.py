@@ -3,7 +3,7 @@ floor (issue 32): the methods table of ``python -m bench`` (``random_suite.run_m
 K=4, V=128256, fp32 logits + fp32 draft probs, medians of alternating repetitions, torch's
 thread count), repeated ``--rounds`` times with the machine's load average beside each round,
 plus the same timings on one thread as thread CPU time (min over repetitions), which a shared
-machine's other processes disturb least.
+machine's other processes disturb least, and bench_tree's tree timing (rsd, mss) the same way.
 
 Run: ``python -m bench.bench_methods [--rounds 3] [--out FILE]``.  Run as a script from another
 checkout's root (``python /path/to/bench/bench_methods.py``) it times that checkout's specops
@@ -34,6 +34,33 @@ def load() -> str:
     return "%.2f %.2f %.2f" % os.getloadavg()
 
 
+def thread_times(fns: dict, reps: int) -> dict:
+    """Thread CPU time (min over reps, alternating) of each call on one thread."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)
+    try:
+        best = {k: float("inf") for k in fns}
+        for _ in range(reps):
+            for k, f in fns.items():
+                t = time.thread_time()
+                f()
+                best[k] = min(best[k], time.thread_time() - t)
+    finally:
+        torch.set_num_threads(threads)
+    return best
+
+
+def one_thread_tree(reps: int) -> dict:
+    """bench_tree's timing inputs (B=32, 16-node tree, V=128256, t0.8): floor, rsd, mss."""
+    from bench.bench_tree import TREE16, tree_inputs
+    target, q, par, ids = tree_inputs(B, TREE16, V)
+    kw = dict(temperature=0.8, seed=torch.arange(B), offset=0, backend="cpu", max_depth=4)
+    return thread_times({
+        "floor": lambda: peers.floor(target, q),
+        "rsd": lambda: specops.verify_tree(target, ids, par, q, method="rsd", **kw),
+        "mss": lambda: specops.verify_tree(target, ids, par, q, method="mss", **kw)}, reps)
+
+
 def one_thread(name: str, reps: int) -> dict:
     """Thread CPU time (min over reps) of floor / token / block / rates on one thread."""
     setting = SETTINGS[name]
@@ -47,18 +74,7 @@ def one_thread(name: str, reps: int) -> dict:
                                                  **kw),
            "rates": lambda: specops.verify_block(target, ids, q, return_accept_rates=True,
                                                  backend="cpu", **kw)}
-    threads = torch.get_num_threads()
-    torch.set_num_threads(1)
-    try:
-        best = {k: float("inf") for k in fns}
-        for _ in range(reps):
-            for k, f in fns.items():
-                t = time.thread_time()
-                f()
-                best[k] = min(best[k], time.thread_time() - t)
-    finally:
-        torch.set_num_threads(threads)
-    return best
+    return thread_times(fns, reps)
 
 
 def main(argv=None):
@@ -93,6 +109,15 @@ def main(argv=None):
                              for k in ("token", "block", "rates"))
                 + f" | {b['block'] / b['token']:.2f} | {b['rates'] / b['token']:.2f} |")
             print(lines[-1], flush=True)
+    lines += ["", "### tree (bench_tree's inputs), one thread, thread CPU time, min over reps (ms)",
+              "", "| round | load | floor | rsd | mss |", "|---|---|---|---|---|"]
+    for r in range(args.rounds):
+        ld = load()
+        b = one_thread_tree(args.reps)
+        f = b["floor"]
+        lines.append(f"| {r} | {ld} | {f * 1e3:.2f} | " + " | ".join(
+            f"{b[k] * 1e3:.2f} ({b[k] / f:.2f}x)" for k in ("rsd", "mss")) + " |")
+        print(lines[-1], flush=True)
     if args.out:
         with open(args.out, "w") as fh:
             fh.write("\n".join(lines) + "\n")
