@@ -64,20 +64,22 @@ struct WeightSum<S, true> {
 // FROM_E: p is computed here from a transformed row (e, cut, sd: what materialize would
 // store, see RowP), so the drawn row is not stored as p first.  Such a p is in [0, 1] (e <= 1
 // and S' >= 2^40 + E of any other kept token), hence so is r: no check.
+// BETA (with q, not MIN): also the acceptance rate's min mass (as MIN sums it, with MIN's
+// range check where p is not FROM_E) into msum, from the same read of p and q.
 struct FromE {
   float cut = 0.0f;
   DivScale ds{kEScale, kEScale};
   bool sparse = true;  // the row has masked tokens: vectors of them skip the work
 };
 
-template <class S, bool HAS_Q, bool MIN = false, bool FROM_E = false>
+template <class S, bool HAS_Q, bool MIN = false, bool FROM_E = false, bool BETA = false>
 int64_t weight_lanes(const float* p, const float* q, float* r, int64_t i, int64_t end,
-                     uint64_t& sum, bool& bad, FromE fe = {}) {
+                     uint64_t& sum, bool& bad, FromE fe = {}, uint64_t* msum = nullptr) {
   using F = typename S::F;
   const F one = S::splat(1.0f), zero = S::splat(0.0f);
   const F vcut = S::splat(fe.cut);
   const bool evaluate = !(fe.cut >= 0x1p-40f);  // see materialize_t
-  WeightSum<S> ws;
+  WeightSum<S> ws, wm;
   typename S::M vbad = lt(zero, zero);  // all false
   for (; i + S::W <= end; i += S::W) {
     F pv;
@@ -111,6 +113,11 @@ int64_t weight_lanes(const float* p, const float* q, float* r, int64_t i, int64_
     } else if (HAS_Q) {
       const F qv = S::load(q + i);
       rv = keep(gt(pv, qv), pv - max(qv, zero));
+      if (BETA) {
+        const F qq = keep(gt(qv, zero), qv);
+        const F mv = keep(le(pv, qq), pv) + keep(gt(pv, qq), qq);
+        wm.add(FROM_E ? mv : keep(ge(mv, zero) & le(mv, one), mv));
+      }
     }
     store(r + i, rv);
     if (FROM_E) {
@@ -122,25 +129,28 @@ int64_t weight_lanes(const float* p, const float* q, float* r, int64_t i, int64_
     }
   }
   sum += ws.total();
+  if (BETA) *msum += wm.total();
   bad = bad || any(vbad);
   return i;
 }
 
-template <bool HAS_Q, bool FROM_E = false>
+template <bool HAS_Q, bool FROM_E = false, bool BETA = false>
 uint64_t weights_t(const float* p, const float* q, float* r, int64_t V, uint64_t* bsum,
-                   bool* bad, FromE fe = {}) {
-  uint64_t total = 0;
+                   bool* bad, FromE fe = {}, uint64_t* beta = nullptr) {
+  uint64_t total = 0, m = 0;
   bool b = false;
   for (int64_t b0 = 0, k = 0; b0 < V; b0 += kDrawBlock, ++k) {
     const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
     uint64_t s = 0;
-    const int64_t i = weight_lanes<Native, HAS_Q, false, FROM_E>(p, q, r, b0, b1, s, b, fe);
+    const int64_t i =
+        weight_lanes<Native, HAS_Q, false, FROM_E, BETA>(p, q, r, b0, b1, s, b, fe, &m);
     if constexpr (Native::W > 1)
-      weight_lanes<Scalar, HAS_Q, false, FROM_E>(p, q, r, i, b1, s, b, fe);
+      weight_lanes<Scalar, HAS_Q, false, FROM_E, BETA>(p, q, r, i, b1, s, b, fe, &m);
     bsum[k] = s;
     total += s;
   }
   *bad = b;
+  if (BETA) *beta = m;
   return total;
 }
 
@@ -301,8 +311,9 @@ int64_t tree_lanes(int64_t* R, const int64_t* Qw, double ia, double iq, int64_t 
 }  // namespace
 
 uint64_t row_weights(const float* e, float cut, double sd, bool sparse, const float* q, float* r,
-                     int64_t V, uint64_t* bsum, bool* bad) {
+                     int64_t V, uint64_t* bsum, bool* bad, uint64_t* beta) {
   const FromE fe{cut, DivScale(kEScale, sd), sparse || cut > 0.0f};
+  if (q && beta) return weights_t<true, true, true>(e, q, r, V, bsum, bad, fe, beta);
   return q ? weights_t<true, true>(e, q, r, V, bsum, bad, fe)
            : weights_t<false, true>(e, nullptr, r, V, bsum, bad, fe);
 }
@@ -327,7 +338,8 @@ uint64_t min_mass(const float* p, const float* q, float* r, int64_t V) {
 }
 
 uint64_t weights(const float* p, const float* q, float* r, int64_t V, uint64_t* bsum,
-                 bool* bad) {
+                 bool* bad, uint64_t* beta) {
+  if (q && beta) return weights_t<true, false, true>(p, q, r, V, bsum, bad, FromE{}, beta);
   return q ? weights_t<true>(p, q, r, V, bsum, bad) : weights_t<false>(p, nullptr, r, V, bsum, bad);
 }
 

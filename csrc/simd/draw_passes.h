@@ -10,9 +10,9 @@ namespace specops {
 namespace SPECOPS_LEVEL {
 
 uint64_t weights(const float* p, const float* q, float* r, int64_t V, uint64_t* block_sums,
-                 bool* bad);
+                 bool* bad, uint64_t* beta);
 uint64_t row_weights(const float* e, float cut, double sd, bool sparse, const float* q, float* r,
-                     int64_t V, uint64_t* block_sums, bool* bad);
+                     int64_t V, uint64_t* block_sums, bool* bad, uint64_t* beta);
 uint64_t block_mass(const float* p, const float* q, double rho, int64_t V, uint64_t* block_sums);
 uint64_t pq_masses(const PRow& p, const float* q, double rho, int64_t V, uint64_t* block_sums,
                    bool block, uint64_t* min_out);

@@ -97,13 +97,13 @@ struct Passes {
   int64_t (*band_pass)(const float* e, int64_t V, float lo, float hi, float* out,
                        uint64_t* mass);
   // r = residual (q given) or p; weights trunc(r * 2^60) summed per kDrawBlock into
-  // block_sums; *bad when some r is outside [0, 1]; returns the total
+  // block_sums; *bad when some r is outside [0, 1]; returns the total.  With beta (and q):
+  // also min_mass's sum from the same read (the rates of a rejected position)
   uint64_t (*weights)(const float* p, const float* q, float* r, int64_t V,
-                      uint64_t* block_sums, bool* bad);
+                      uint64_t* block_sums, bool* bad, uint64_t* beta);
   // weights of the p a transformed row (e, cut, sd, sparse: RowP) holds, without storing p
   uint64_t (*row_weights)(const float* e, float cut, double sd, bool sparse, const float* q,
-                          float* r,
-                          int64_t V, uint64_t* block_sums, bool* bad);
+                          float* r, int64_t V, uint64_t* block_sums, bool* bad, uint64_t* beta);
   // block verification (reference section 9): sum of trunc(d * 2^60), d = rho * p - max(q, 0)
   // where rho * p > q else 0, in float64 (q null: 0); per kDrawBlock into block_sums if given
   uint64_t (*block_mass)(const float* p, const float* q, double rho, int64_t V,

@@ -57,6 +57,13 @@ class Walk {
       if (!r_.target_row_ok(j)) return finish(j, -1);
       Position pos(*this, j);
       const Verdict v = accept_test(pos);
+      if (rates_ && v == Verdict::kReject) {  // beta_j from the residual draw's own read
+        uint64_t M = 0;
+        bool from_draw = false;
+        const int64_t token = rejection_draw(pos, &M, &from_draw);
+        rates_[j] = from_draw ? rate_from_mass(M) : rate(pos);
+        return finish(j, token);
+      }
       if (rates_ && v != Verdict::kInvalid) rates_[j] = rate(pos);
       if (v == Verdict::kAccept) {
         out_[j] = int32_t(pos.y);
@@ -199,22 +206,28 @@ class Walk {
   }
 
   // After a rejection at j: a draw from the residual of p_j and q_j (greedy: the argmax).
-  int64_t rejection_draw(Position& pos) {
+  // With beta: where the draw reads a draft row q_j, the min mass of beta_j (section 10)
+  // from the same read, and *got = true.
+  int64_t rejection_draw(Position& pos, uint64_t* beta = nullptr, bool* got = nullptr) {
     if (!target_p(pos)) return -1;
     if (r_.greedy) return pos.argmax;
     read_draft(pos);
     const uint64_t U = sample_uniform64(r_.seed, r_.offset, uint64_t(pos.j));
     if (!a_.draft.ptr) return draw_p(pos, nullptr, pos.y, U);  // point mass at y
-    if (a_.draft_is_probs) return draw_p(pos, pos.dprob, -1, U);
     if (pos.q_nan) return draw_p(pos, nullptr, -1, U);  // no residual mass: p
-    pos.Q.materialize(r_.V);
-    return draw_p(pos, pos.Q.e, -1, U);
+    const float* q = pos.dprob;
+    if (!a_.draft_is_probs) {
+      pos.Q.materialize(r_.V);
+      q = pos.Q.e;
+    }
+    if (got) *got = beta != nullptr;
+    return draw_p(pos, q, -1, U, beta);
   }
 
   // The draw from p_j (minus q): from the transformed row directly, without storing p.
-  int64_t draw_p(Position& pos, const float* q, int64_t y, uint64_t U) {
-    if (a_.target_is_probs) return draw(pos.tprob, q, y, r_.V, U, w_);
-    return draw_row(pos.P, q, y, r_.V, U, w_);
+  int64_t draw_p(Position& pos, const float* q, int64_t y, uint64_t U, uint64_t* beta = nullptr) {
+    if (a_.target_is_probs) return draw(pos.tprob, q, y, r_.V, U, w_, beta);
+    return draw_row(pos.P, q, y, r_.V, U, w_, beta);
   }
 
   // Bonus / end of block at j = kb: a draw from p_j (greedy: the argmax).
