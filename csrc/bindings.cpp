@@ -33,6 +33,7 @@
 
 namespace py = pybind11;
 void bind_coin_walk(py::module_& m);
+void bind_probs_summary(py::module_& m);
 using specops::FloatCol;
 using specops::IntCol;
 using specops::Mat;
@@ -573,7 +574,9 @@ PYBIND11_MODULE(_C, m) {
       "kDrawBlock tokens of trunc(d 2^60), d = rho p - max(q, 0) where rho p > q else 0 in "
       "float64 (q None: 0), and their total.");
 
-  bind_coin_walk(m);  // csrc/verify/coins_binding.cpp
+  bind_coin_walk(m);       // csrc/verify/coins_binding.cpp
+  bind_probs_summary(m);   // csrc/verify/probs_check_binding.cpp
+
   m.def("isa", &specops::isa,
         "The active ISA level: 'scalar', 'sse2', 'avx2' or 'avx512'.  Raises ValueError when "
         "SPECOPS_CPU_ISA asks for a level that is unknown or cannot run here.");

@@ -22,6 +22,7 @@ registered ops take.  Per-call costs are cached by value (``specops._cache``).
 """
 from __future__ import annotations
 
+import importlib
 import math
 import numbers
 from typing import NamedTuple, Optional
@@ -563,22 +564,54 @@ def used_draft_rows(a: Canonical):
     return live.to(torch.int8).cumprod(1).bool(), pos
 
 
+_NATIVE = []  # [probs_summary or None], resolved at the first check
+
+
+def _native_probs_summary(q):
+    """(lo, hi, smallest row sum, largest row sum) of a CPU float32 [rows, V] tensor by the C++
+    backend's one-read pass (specops._C.probs_summary, rows on torch's thread count), or None
+    where that backend is not built or q is not such a tensor (then torch reductions)."""
+    if not _NATIVE:
+        try:   # (by name: the argument layer does not import the backends' module)
+            _NATIVE.append(importlib.import_module("specops._C").probs_summary)
+        except (ImportError, AttributeError):
+            _NATIVE.append(None)
+    fn = _NATIVE[0]
+    if fn is None or not (q.is_cpu and q.dtype is torch.float32 and q.dim() == 2):
+        return None
+    rows, V = q.shape
+    s0, s1 = q.stride()
+    if rows and (s1 != 1 or s0 < V):
+        return None
+    return fn(q.data_ptr(), rows, V, s0, torch.get_num_threads())
+
+
 def check_draft_probs(a: Canonical, shard: bool = False) -> None:
     """Every draft_probs row the walk may read is a probability row: finite, every entry in
     [0, 1], summing to 1 within ``DRAFT_PROBS_TOLERANCE`` (a shard: the range only).
     ValueError naming the first bad row; a row with entries outside [0, 1] is most likely
-    logits, and the message says so.  Two passes over the rows (a sum per row, one global
-    min / max) and a handful of small ops; the search for the first bad row the walk reads
-    runs only when one of them fails (padding rows need not be probability rows)."""
+    logits, and the message says so.  One read of the rows (a min, max and sum per row: the C++
+    pass where the backend is built, else torch's reductions); the search for the first bad
+    row the walk reads runs only when it fails (padding rows need not be probability rows)."""
     q = a.draft
-    lo, hi = (float(v) for v in torch.aminmax(q))         # NaN shows as NaN: fails below
-    total = None if shard else q.sum(-1)
-    if lo >= 0 and hi <= 1:                               # every row, read or not, is fine
-        if shard:
+    summary = _native_probs_summary(q)
+    total = None
+    if summary is not None:                               # the C++ pass: one read, threaded
+        lo, hi, slo, shi = summary
+        if lo >= 0 and hi <= 1 and (shard or (1 - DRAFT_PROBS_TOLERANCE <= slo
+                                              and shi <= 1 + DRAFT_PROBS_TOLERANCE)):
             return
-        slo, shi = (float(v) for v in torch.aminmax(total))
-        if 1 - DRAFT_PROBS_TOLERANCE <= slo and shi <= 1 + DRAFT_PROBS_TOLERANCE:
-            return
+    else:
+        lo, hi = (float(v) for v in torch.aminmax(q))     # NaN shows as NaN: fails below
+        total = None if shard else q.sum(-1)
+        if lo >= 0 and hi <= 1:                           # every row, read or not, is fine
+            if shard:
+                return
+            slo, shi = (float(v) for v in torch.aminmax(total))
+            if 1 - DRAFT_PROBS_TOLERANCE <= slo and shi <= 1 + DRAFT_PROBS_TOLERANCE:
+                return
+    if total is None and not shard:                       # (some row fails: find it)
+        total = q.sum(-1)
     used, pos = used_draft_rows(a)                        # some row is not: is it read?
     at = pos.clamp(0, q.shape[0] - 1)
     rlo, rhi = q.amin(-1), q.amax(-1)

@@ -14,7 +14,8 @@ struct Work {
   std::vector<int32_t> hcnt;               // top-k count histogram
   std::vector<uint64_t> bsum;              // draw block sums
   std::vector<double> rho;                 // block verification's running weights
-  std::vector<std::vector<float>> block_t, block_d;  // block verification: a row per position
+  std::vector<uint64_t> block_bsum;        // block verification: two slots of draw block sums
+  std::vector<std::vector<float>> block_t, block_d;  // block verification: two row slots
 };
 
 // v.data() with room for n floats plus kSimdSlack (vector stores past the end).

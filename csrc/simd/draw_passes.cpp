@@ -64,20 +64,22 @@ struct WeightSum<S, true> {
 // FROM_E: p is computed here from a transformed row (e, cut, sd: what materialize would
 // store, see RowP), so the drawn row is not stored as p first.  Such a p is in [0, 1] (e <= 1
 // and S' >= 2^40 + E of any other kept token), hence so is r: no check.
+// BETA (with q, not MIN): also the acceptance rate's min mass (as MIN sums it, with MIN's
+// range check where p is not FROM_E) into msum, from the same read of p and q.
 struct FromE {
   float cut = 0.0f;
   DivScale ds{kEScale, kEScale};
   bool sparse = true;  // the row has masked tokens: vectors of them skip the work
 };
 
-template <class S, bool HAS_Q, bool MIN = false, bool FROM_E = false>
+template <class S, bool HAS_Q, bool MIN = false, bool FROM_E = false, bool BETA = false>
 int64_t weight_lanes(const float* p, const float* q, float* r, int64_t i, int64_t end,
-                     uint64_t& sum, bool& bad, FromE fe = {}) {
+                     uint64_t& sum, bool& bad, FromE fe = {}, uint64_t* msum = nullptr) {
   using F = typename S::F;
   const F one = S::splat(1.0f), zero = S::splat(0.0f);
   const F vcut = S::splat(fe.cut);
   const bool evaluate = !(fe.cut >= 0x1p-40f);  // see materialize_t
-  WeightSum<S> ws;
+  WeightSum<S> ws, wm;
   typename S::M vbad = lt(zero, zero);  // all false
   for (; i + S::W <= end; i += S::W) {
     F pv;
@@ -111,6 +113,11 @@ int64_t weight_lanes(const float* p, const float* q, float* r, int64_t i, int64_
     } else if (HAS_Q) {
       const F qv = S::load(q + i);
       rv = keep(gt(pv, qv), pv - max(qv, zero));
+      if (BETA) {
+        const F qq = keep(gt(qv, zero), qv);
+        const F mv = keep(le(pv, qq), pv) + keep(gt(pv, qq), qq);
+        wm.add(FROM_E ? mv : keep(ge(mv, zero) & le(mv, one), mv));
+      }
     }
     store(r + i, rv);
     if (FROM_E) {
@@ -122,25 +129,28 @@ int64_t weight_lanes(const float* p, const float* q, float* r, int64_t i, int64_
     }
   }
   sum += ws.total();
+  if (BETA) *msum += wm.total();
   bad = bad || any(vbad);
   return i;
 }
 
-template <bool HAS_Q, bool FROM_E = false>
+template <bool HAS_Q, bool FROM_E = false, bool BETA = false>
 uint64_t weights_t(const float* p, const float* q, float* r, int64_t V, uint64_t* bsum,
-                   bool* bad, FromE fe = {}) {
-  uint64_t total = 0;
+                   bool* bad, FromE fe = {}, uint64_t* beta = nullptr) {
+  uint64_t total = 0, m = 0;
   bool b = false;
   for (int64_t b0 = 0, k = 0; b0 < V; b0 += kDrawBlock, ++k) {
     const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
     uint64_t s = 0;
-    const int64_t i = weight_lanes<Native, HAS_Q, false, FROM_E>(p, q, r, b0, b1, s, b, fe);
+    const int64_t i =
+        weight_lanes<Native, HAS_Q, false, FROM_E, BETA>(p, q, r, b0, b1, s, b, fe, &m);
     if constexpr (Native::W > 1)
-      weight_lanes<Scalar, HAS_Q, false, FROM_E>(p, q, r, i, b1, s, b, fe);
+      weight_lanes<Scalar, HAS_Q, false, FROM_E, BETA>(p, q, r, i, b1, s, b, fe, &m);
     bsum[k] = s;
     total += s;
   }
   *bad = b;
+  if (BETA) *beta = m;
   return total;
 }
 
@@ -159,6 +169,109 @@ int64_t block_lanes(const float* p, const float* q, double rho, int64_t i, int64
     const D a = S::load_wide(p + i) * vrho;
     const D b = q ? S::load_wide(q + i) : zero;
     acc = acc + trunc_l(keep(gt(a, b), a - max(b, zero)) * s60);  // NaN: gt is false
+  }
+  s += hsum(acc);
+  return i;
+}
+
+// ------------------------------------------------------------------ one pass over p and q
+// The block mass and the min mass of a position read in one pass over p and q, p taken
+// from a transformed row (FROM_E: what materialize would store, computed per vector as
+// row_weights does) or from a probability row, so that block verification and the rates
+// neither store p nor a residual row.  The sums are the ones block_lanes and the MIN
+// weight_lanes form (integer sums: the order does not matter), per kDrawBlock for the draw.
+// A vector whose p is all +0 adds 0 to both (d = 0 - max(q, 0) only where 0 > q, which is
+// 0; min(0, .) = 0) and skips q.
+template <class S, bool FROM_E, bool BLOCK, bool MIN, bool HAS_Q>
+int64_t pq_lanes(const float* p, const float* q, double rho, int64_t i, int64_t end,
+                 uint64_t& sblock, uint64_t& smin, const FromE& fe) {
+  using F = typename S::F;
+  using D = typename S::D;
+  constexpr int ND = S::W / S::WD;
+  const F zero = S::splat(0.0f), one = S::splat(1.0f), vcut = S::splat(fe.cut);
+  const bool evaluate = !(fe.cut >= 0x1p-40f);  // see materialize_t
+  const D vrho = S::splat_d(rho), dzero = S::splat_d(0.0), s60 = S::splat_d(0x1p60);
+  typename S::L acc = S::zero_l();
+  WeightSum<S> ws;
+  for (; i + S::W <= end; i += S::W) {
+    F pv;
+    if (FROM_E) {
+      F ev = S::load(p + i);
+      const typename S::M skipped = lt(ev, zero);
+      if (any(skipped))
+        ev = keep(mnot(skipped), ev) + (evaluate ? keep(skipped, pexp_v<S>(ev)) : zero);
+      if (!fe.sparse) {
+        pv = div_flush(ev, fe.ds);
+      } else {
+        const typename S::M in = ge(ev, vcut);
+        if (!any(in & ne_u(ev, zero))) continue;
+        pv = keep(in, div_flush(ev, fe.ds));
+      }
+    } else {
+      pv = S::load(p + i);
+      if (!any(ne_u(pv, zero))) continue;
+    }
+    if (BLOCK) {
+      alignas(64) float pl[S::W];
+      store(pl, pv);
+      for (int k = 0; k < ND; ++k) {
+        const D a = S::load_wide(pl + k * S::WD) * vrho;
+        const D b = HAS_Q ? S::load_wide(q + i + k * S::WD) : dzero;
+        acc = acc + trunc_l(keep(gt(a, b), a - max(b, dzero)) * s60);  // NaN: gt is false
+      }
+    }
+    if (MIN) {  // disjoint masks: one term is +0, the sum is exact (weight_lanes' MIN)
+      const F qv = S::load(q + i);
+      const F qq = keep(gt(qv, zero), qv);
+      const F rv = keep(le(pv, qq), pv) + keep(gt(pv, qq), qq);
+      ws.add(FROM_E ? rv : keep(ge(rv, zero) & le(rv, one), rv));
+    }
+  }
+  if (BLOCK) sblock += hsum(acc);
+  if (MIN) smin += ws.total();
+  return i;
+}
+
+template <bool FROM_E, bool BLOCK, bool MIN, bool HAS_Q>
+uint64_t pq_t(const float* p, const float* q, double rho, int64_t V, uint64_t* bsum,
+              uint64_t* min_out, const FromE& fe) {
+  uint64_t total = 0, tmin = 0;
+  for (int64_t b0 = 0, k = 0; b0 < V; b0 += kDrawBlock, ++k) {
+    const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
+    uint64_t s = 0;
+    const int64_t i =
+        pq_lanes<Native, FROM_E, BLOCK, MIN, HAS_Q>(p, q, rho, b0, b1, s, tmin, fe);
+    if constexpr (Native::W > 1)
+      pq_lanes<Scalar, FROM_E, BLOCK, MIN, HAS_Q>(p, q, rho, i, b1, s, tmin, fe);
+    if (bsum) bsum[k] = s;
+    total += s;
+  }
+  if (min_out) *min_out = tmin;
+  return total;
+}
+
+template <bool FROM_E>
+uint64_t pq_dispatch(const float* p, const float* q, double rho, int64_t V, uint64_t* bsum,
+                     bool block, uint64_t* min_out, const FromE& fe) {
+  if (min_out && !q) return 0;  // (callers ask the min mass only with a draft row)
+  if (block && min_out) return pq_t<FROM_E, true, true, true>(p, q, rho, V, bsum, min_out, fe);
+  if (min_out) return pq_t<FROM_E, false, true, true>(p, q, rho, V, bsum, min_out, fe);
+  return q ? pq_t<FROM_E, true, false, true>(p, q, rho, V, bsum, nullptr, fe)
+           : pq_t<FROM_E, true, false, false>(p, nullptr, rho, V, bsum, nullptr, fe);
+}
+
+// ------------------------------------------------------------------ integer weights
+// W = trunc(x * 2^60) for x in [0, 1] (tree verification's R and Qw): float64(x) * 2^60 is
+// exact and <= 2^60 (trunc_l's range), the same integer as the float32 product's.  Stored
+// to W when given, added to s; returns where the whole vectors stopped.
+template <class S>
+int64_t int_weight_lanes(const float* x, int64_t* W, int64_t i, int64_t end, uint64_t& s) {
+  const typename S::D s60 = S::splat_d(0x1p60);
+  typename S::L acc = S::zero_l();
+  for (; i + S::WD <= end; i += S::WD) {
+    const typename S::L w = trunc_l(S::load_wide(x + i) * s60);
+    if (W) store(W + i, w);
+    acc = acc + w;
   }
   s += hsum(acc);
   return i;
@@ -198,10 +311,18 @@ int64_t tree_lanes(int64_t* R, const int64_t* Qw, double ia, double iq, int64_t 
 }  // namespace
 
 uint64_t row_weights(const float* e, float cut, double sd, bool sparse, const float* q, float* r,
-                     int64_t V, uint64_t* bsum, bool* bad) {
+                     int64_t V, uint64_t* bsum, bool* bad, uint64_t* beta) {
   const FromE fe{cut, DivScale(kEScale, sd), sparse || cut > 0.0f};
+  if (q && beta) return weights_t<true, true, true>(e, q, r, V, bsum, bad, fe, beta);
   return q ? weights_t<true, true>(e, q, r, V, bsum, bad, fe)
            : weights_t<false, true>(e, nullptr, r, V, bsum, bad, fe);
+}
+
+uint64_t pq_masses(const PRow& pr, const float* q, double rho, int64_t V, uint64_t* bsum,
+                   bool block, uint64_t* min_out) {
+  if (!pr.from_e) return pq_dispatch<false>(pr.p, q, rho, V, bsum, block, min_out, FromE{});
+  const FromE fe{pr.cut, DivScale(kEScale, pr.sd), pr.sparse || pr.cut > 0.0f};
+  return pq_dispatch<true>(pr.p, q, rho, V, bsum, block, min_out, fe);
 }
 
 // sum of trunc(min(p, q > 0 ? q : 0) * 2^60): beta of the acceptance rates (p, q valid rows)
@@ -217,7 +338,8 @@ uint64_t min_mass(const float* p, const float* q, float* r, int64_t V) {
 }
 
 uint64_t weights(const float* p, const float* q, float* r, int64_t V, uint64_t* bsum,
-                 bool* bad) {
+                 bool* bad, uint64_t* beta) {
+  if (q && beta) return weights_t<true, false, true>(p, q, r, V, bsum, bad, FromE{}, beta);
   return q ? weights_t<true>(p, q, r, V, bsum, bad) : weights_t<false>(p, nullptr, r, V, bsum, bad);
 }
 
@@ -228,6 +350,19 @@ uint64_t block_mass(const float* p, const float* q, double rho, int64_t V, uint6
     uint64_t s = 0;
     const int64_t i = block_lanes<Native>(p, q, rho, b0, b1, s);
     if constexpr (Native::WD > 1) block_lanes<Scalar>(p, q, rho, i, b1, s);
+    if (bsum) bsum[k] = s;
+    total += s;
+  }
+  return total;
+}
+
+uint64_t int_weights(const float* x, int64_t V, int64_t* W, uint64_t* bsum) {
+  uint64_t total = 0;
+  for (int64_t b0 = 0, k = 0; b0 < V; b0 += kDrawBlock, ++k) {
+    const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
+    uint64_t s = 0;
+    const int64_t i = int_weight_lanes<Native>(x, W, b0, b1, s);
+    if constexpr (Native::WD > 1) int_weight_lanes<Scalar>(x, W, i, b1, s);
     if (bsum) bsum[k] = s;
     total += s;
   }

@@ -4,16 +4,20 @@
 #include <cstdint>
 
 #include "simd/level.h"
+#include "simd/passes.h"
 
 namespace specops {
 namespace SPECOPS_LEVEL {
 
 uint64_t weights(const float* p, const float* q, float* r, int64_t V, uint64_t* block_sums,
-                 bool* bad);
+                 bool* bad, uint64_t* beta);
 uint64_t row_weights(const float* e, float cut, double sd, bool sparse, const float* q, float* r,
-                     int64_t V, uint64_t* block_sums, bool* bad);
+                     int64_t V, uint64_t* block_sums, bool* bad, uint64_t* beta);
 uint64_t block_mass(const float* p, const float* q, double rho, int64_t V, uint64_t* block_sums);
+uint64_t pq_masses(const PRow& p, const float* q, double rho, int64_t V, uint64_t* block_sums,
+                   bool block, uint64_t* min_out);
 uint64_t min_mass(const float* p, const float* q, float* r, int64_t V);
+uint64_t int_weights(const float* x, int64_t V, int64_t* W, uint64_t* block_sums);
 uint64_t tree_update(int64_t* R, const int64_t* Qw, double ia, double iq, int64_t y, int64_t V,
                      uint64_t* block_sums);
 

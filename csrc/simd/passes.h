@@ -51,6 +51,24 @@ struct ExpOptions {
   int64_t prefetch_bytes = 0;
 };
 
+// The p of a position for pq_masses: a probability row (from_e false: p itself), or a
+// transformed row as RowP (transform/transform.h) holds it (e, cut, sd, sparse), whose p is
+// computed per vector exactly as materialize would store it.
+struct PRow {
+  const float* p = nullptr;
+  bool from_e = false;
+  float cut = 0.0f;
+  double sd = 1.0;
+  bool sparse = true;
+};
+
+// One probability row's summary for the draft_probs check (specops/_args.py): its smallest
+// and largest entry (both NaN when any entry is NaN) and its sum.
+struct RowStats {
+  float mn = 0.0f, mx = 0.0f;
+  double sum = 0.0;
+};
+
 struct Passes {
   const char* name;
   // x = src * inv_t (stored to dst unless dst is null), with its flags and max
@@ -79,13 +97,13 @@ struct Passes {
   int64_t (*band_pass)(const float* e, int64_t V, float lo, float hi, float* out,
                        uint64_t* mass);
   // r = residual (q given) or p; weights trunc(r * 2^60) summed per kDrawBlock into
-  // block_sums; *bad when some r is outside [0, 1]; returns the total
+  // block_sums; *bad when some r is outside [0, 1]; returns the total.  With beta (and q):
+  // also min_mass's sum from the same read (the rates of a rejected position)
   uint64_t (*weights)(const float* p, const float* q, float* r, int64_t V,
-                      uint64_t* block_sums, bool* bad);
+                      uint64_t* block_sums, bool* bad, uint64_t* beta);
   // weights of the p a transformed row (e, cut, sd, sparse: RowP) holds, without storing p
   uint64_t (*row_weights)(const float* e, float cut, double sd, bool sparse, const float* q,
-                          float* r,
-                          int64_t V, uint64_t* block_sums, bool* bad);
+                          float* r, int64_t V, uint64_t* block_sums, bool* bad, uint64_t* beta);
   // block verification (reference section 9): sum of trunc(d * 2^60), d = rho * p - max(q, 0)
   // where rho * p > q else 0, in float64 (q null: 0); per kDrawBlock into block_sums if given
   uint64_t (*block_mass)(const float* p, const float* q, double rho, int64_t V,
@@ -93,6 +111,16 @@ struct Passes {
   // acceptance rates (reference section 10): sum of trunc(min(p, q > 0 ? q : 0) * 2^60);
   // r: scratch of V floats
   uint64_t (*min_mass)(const float* p, const float* q, float* r, int64_t V);
+  // block_mass (block: the returned total, per kDrawBlock into block_sums if given; q null:
+  // q = 0) and, with min_out (and q), min_mass, in one read of p and q that stores nothing
+  uint64_t (*pq_masses)(const PRow& p, const float* q, double rho, int64_t V,
+                        uint64_t* block_sums, bool block, uint64_t* min_out);
+  // min, max and sum of a row (RowStats); the sum: float32 lanes per kLaneBlock vectors,
+  // then float64 (a check within a tolerance, not part of any token's arithmetic)
+  RowStats (*row_stats)(const float* p, int64_t V);
+  // W = trunc(x * 2^60) for x in [0, 1] (stored when W is given), summed per kDrawBlock into
+  // block_sums when given; returns the total (tree verification's R and Qw)
+  uint64_t (*int_weights)(const float* x, int64_t V, int64_t* W, uint64_t* block_sums);
   // tree verification (reference section 11), in place over R [V] (0 <= R <= 2^61):
   // R = max(trunc((R * ia - (Qw ? Qw * iq : z == y)) * 2^60), 0) in float64, skipping the
   // kDrawBlock blocks whose block_sums entry is 0 (they stay 0); block_sums updated; returns
@@ -105,7 +133,8 @@ struct Passes {
 constexpr bool complete(const Passes& p) {
   return p.name && p.scale_max && p.exp_pass && p.masked_mass && p.materialize && p.first_eq &&
          p.gather_ge && p.gather_key && p.band_pass && p.weights && p.row_weights &&
-         p.block_mass && p.min_mass && p.tree_update;
+         p.block_mass && p.min_mass && p.pq_masses && p.row_stats &&
+         p.int_weights && p.tree_update;
 }
 
 // Levels, lowest first.  The tables a build contains (see isa.cpp).

@@ -4,6 +4,8 @@
 #include <cstdint>
 
 #include "core/workspace.h"
+#include "draw/draw.h"
+#include "simd/passes.h"
 
 namespace specops {
 
@@ -22,18 +24,35 @@ inline double block_stop_probability(uint64_t S, double rho) {
   return den > 0.0 ? z / den : 1.0;
 }
 
-// S = sum_x trunc(d(x) * 2^60), d = rho * p - max(q, 0) where rho * p > q else 0, in
-// float64; q == nullptr: a point mass at y.  With `block_sums`, also the sums per
-// kDrawBlock tokens (for the draw).
-uint64_t block_mass(const float* p, const float* q, int64_t y, double rho, int64_t V,
-                    uint64_t* block_sums);
+// The weight trunc(d * 2^60) of one token, d = rho * p - max(q, 0) where rho * p > q else 0,
+// in float64 (a <= 1, so d * 2^60 <= 2^60 converts exactly to int64).
+inline uint64_t block_weight(float px, float qx, double rho) {
+  const double a = rho * double(px), b = double(qx);
+  return a > b ? uint64_t(int64_t((a - (b > 0.0 ? b : 0.0)) * 0x1p60)) : 0;
+}
 
-// The draw of section 5 over the weights of block_mass (falling back to trunc(p * 2^60)
-// when they sum to 0); -1 when there is no mass at all.
-int64_t block_draw(const float* p, const float* q, int64_t y, double rho, int64_t V, uint64_t U,
-                   Work& w);
+// S = sum_x trunc(d(x) * 2^60) of position j's scaled residual (section 9) in one read of p
+// and q (Passes::pq_masses), q == nullptr: a point mass at y, whose own token (p(y) = p_y)
+// is taken out.  With `block_sums`, also the sums per kDrawBlock tokens (for the draw); with
+// `beta` (and q), the acceptance rate's mass (section 10) from the same read.
+uint64_t block_mass(const PRow& p, const float* q, int64_t y, float p_y, double rho, int64_t V,
+                    uint64_t* block_sums, uint64_t* beta);
 
-// beta = float32(sum_x trunc(min(p(x), max(q(x), 0)) * 2^60) * 2^-60); NaN q counts 0.
-float accept_rate(const float* p, const float* q, int64_t V, Work& w);
+// The draw of section 9 at tau over the weights whose total S and per-block sums block_mass
+// gave; p_at(i) is p(i).  (S == 0, the fallback to p, is the caller's.)
+template <class PAt>
+int64_t block_find(const uint64_t* block_sums, uint64_t S, uint64_t U, int64_t V, PAt p_at,
+                   const float* q, int64_t y, double rho) {
+  const int64_t nb = (V + kDrawBlock - 1) / kDrawBlock;
+  return find_in_blocks(block_sums, nb, V, draw_threshold(U, S), [&](int64_t i) {
+    return q ? block_weight(p_at(i), q[i], rho) : (i == y ? 0 : block_weight(p_at(i), 0.0f, rho));
+  });
+}
+
+// beta = float32(M * 2^-60) of a min mass M, at most 1 (section 10).
+inline float rate_from_mass(uint64_t M) {
+  const float b = float(double(int64_t(M)) * 0x1p-60);
+  return b < 1.0f ? b : 1.0f;
+}
 
 }  // namespace specops

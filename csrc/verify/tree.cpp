@@ -139,12 +139,13 @@ class TreeWalk {
     return probs_row_valid(p, V_) ? argmax_f32(p, V_) : -1;
   }
 
-  // Qw = trunc(q_c * 2^60) and Q = sum Qw; Q = 0 for an unusable row.  A transformed row
-  // always passes the probability-row check (entries in [0, 1]; the argmax is kept, so
-  // p_max >= 1/V and the mass is about 1), so only probability rows are checked.
-  uint64_t draft_weights(int64_t c, int64_t* Qw) {
+  // q_c (the probability row, or the transformed draft row materialised) and Q = sum
+  // trunc(q_c * 2^60); Q = 0 for an unusable row.  Qw itself is written only at the node's
+  // first rejection (lazy_rows).  A transformed row always passes the probability-row check
+  // (entries in [0, 1]; the argmax is kept, so p_max >= 1/V and the mass is about 1), so
+  // only probability rows are checked.
+  uint64_t draft_mass(int64_t c, const float*& q) {
     const int64_t row = base_ + c;
-    const float* q;
     if (a_.draft_is_probs) {
       q = f32_row(a_.draft, row);
       if (!probs_row_valid(q, V_)) return 0;
@@ -155,24 +156,36 @@ class TreeWalk {
       Q.materialize(V_);
       q = Q.e;
     }
-    return integer_weights(q, V_, Qw, nullptr);
+    return integer_weights(q, V_, nullptr, nullptr);
+  }
+
+  // R = trunc(p * 2^60) and Qw = trunc(q * 2^60) as arrays, at a node's first rejection:
+  // until then the coins read the two rows at the child's token (a node whose first child is
+  // accepted never writes them).
+  void lazy_rows(const float* p, const float* q, int64_t* Qw) {
+    if (rows_written_) return;
+    integer_weights(p, V_, res_.R, res_.block_sums);
+    if (Qw) integer_weights(q, V_, Qw, nullptr);
+    rows_written_ = true;
   }
 
   // The children of c in rank order i against the residual of p = p_c: returns the child
   // accepted, or -1 with the residual left in res_ (A = 0 for a leaf: its draw is from p).
   int64_t try_children(int64_t c, int64_t j, const float* p) {
     res_.A = 0;
+    rows_written_ = false;
     int64_t x = child_after(c, c);
     if (x < 0) return -1;
     res_.V = V_;
     res_.R = sized(tw_.R, V_);
     res_.block_sums = sized(tw_.rsum, (V_ + kDrawBlock - 1) / kDrawBlock);
-    res_.A = integer_weights(p, V_, res_.R, res_.block_sums);
+    res_.A = integer_weights(p, V_, nullptr, res_.block_sums);
     int64_t* Qw = nullptr;  // point-mass drafts: each child's own one-hot
+    const float* q = nullptr;
     uint64_t Q = 0;
     if (a_.draft.ptr) {
       Qw = sized(tw_.Qw, V_);
-      Q = draft_weights(c, Qw);
+      Q = draft_mass(c, q);
     }
     std::vector<int64_t>& tried = tw_.tried;
     tried.clear();
@@ -187,9 +200,12 @@ class TreeWalk {
       if (res_.A == 0 || (Qw && Q == 0)) return -1;
       const double u =
           double(stream_words(seed_, offset_, uint64_t(j), uint32_t(2 * i)).w[0]) * 0x1p-32;
-      const double rn = weight_ratio(res_.R[y], reciprocal(res_.A));
-      const double qn = Qw ? weight_ratio(Qw[y], reciprocal(Q)) : 1.0;
+      const int64_t r_y = rows_written_ ? res_.R[y] : integer_weight(p[y]);
+      const double rn = weight_ratio(r_y, reciprocal(res_.A));
+      double qn = 1.0;
+      if (Qw) qn = weight_ratio(rows_written_ ? Qw[y] : integer_weight(q[y]), reciprocal(Q));
       if (u * qn < rn) return x;
+      lazy_rows(p, q, Qw);
       reject_update(res_, Qw, Q, y);
       if (a_.rsd && Qw) {  // y leaves the draft, renormalised through Q
         Q -= uint64_t(Qw[y]);
@@ -200,9 +216,15 @@ class TreeWalk {
   }
 
   // Every child rejected (or none): the draw of section 5 over R, or over trunc(p * 2^60)
-  // when R has no mass (or was never formed: a leaf).  Stream tag 1 at depth j.
+  // when R has no mass (or was never formed: a leaf).  Stream tag 1 at depth j.  R not yet
+  // written (no coin was tossed) is trunc(p * 2^60) itself: the same draw as from p.
   int64_t final_draw(int64_t j, const float* p) {
     const uint64_t U = sample_uniform64(seed_, offset_, uint64_t(j));
+    if (res_.A > 0 && !rows_written_) {
+      const int64_t nb = (V_ + kDrawBlock - 1) / kDrawBlock;
+      return find_in_blocks(res_.block_sums, nb, V_, draw_threshold(U, res_.A),
+                            [p](int64_t i) { return uint64_t(integer_weight(p[i])); });
+    }
     return res_.A > 0 ? draw_residual(res_, U) : draw(p, nullptr, -1, V_, U, w_);
   }
 
@@ -226,6 +248,7 @@ class TreeWalk {
   int64_t n_ = 0;              // num_nodes of this request (after shape_ok)
   int64_t* depth_ = nullptr;   // [N]
   Residual res_;
+  bool rows_written_ = false;  // res_.R (and Qw) hold this node's arrays (lazy_rows)
 };
 
 }  // namespace

@@ -31,22 +31,14 @@ inline double reciprocal(uint64_t total) { return 1.0 / double(int64_t(total)); 
 // 11 multiplies by the reciprocal: one division per node instead of one per token).
 inline double weight_ratio(int64_t w, double inv_total) { return double(w) * inv_total; }
 
-// W[i] = trunc(x[i] * 2^60) (the float32 product is exact for x in [0, 1]); the sums per
-// kDrawBlock tokens into block_sums when given.  Returns sum W.
+// W[i] = trunc(x[i] * 2^60) for x in [0, 1] (stored when W is given); the sums per
+// kDrawBlock tokens into block_sums when given.  Returns sum W.  The active ISA's pass.
 inline uint64_t integer_weights(const float* x, int64_t V, int64_t* W, uint64_t* block_sums) {
-  uint64_t total = 0;
-  for (int64_t k0 = 0; k0 < V; k0 += kDrawBlock) {
-    const int64_t k1 = std::min(V, k0 + kDrawBlock);
-    uint64_t s = 0;
-    for (int64_t i = k0; i < k1; ++i) {
-      W[i] = f2i64(x[i] * kWScaleF);
-      s += uint64_t(W[i]);
-    }
-    if (block_sums) block_sums[k0 / kDrawBlock] = s;
-    total += s;
-  }
-  return total;
+  return passes().int_weights(x, V, W, block_sums);
 }
+
+// One token's trunc(x * 2^60) (x in [0, 1]: the float32 product is exact), as the pass.
+inline int64_t integer_weight(float x) { return f2i64(x * kWScaleF); }
 
 // After rejecting token y (A > 0, Q > 0): R'(z) = trunc(d * 2^60) if d > 0 else 0, with
 // d = R(z)*(1/A) - Qw(z)*(1/Q) in float64 (two products, one subtraction); Qw == nullptr is the

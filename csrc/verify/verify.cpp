@@ -57,6 +57,13 @@ class Walk {
       if (!r_.target_row_ok(j)) return finish(j, -1);
       Position pos(*this, j);
       const Verdict v = accept_test(pos);
+      if (rates_ && v == Verdict::kReject) {  // beta_j from the residual draw's own read
+        uint64_t M = 0;
+        bool from_draw = false;
+        const int64_t token = rejection_draw(pos, &M, &from_draw);
+        rates_[j] = from_draw ? rate_from_mass(M) : rate(pos);
+        return finish(j, token);
+      }
       if (rates_ && v != Verdict::kInvalid) rates_[j] = rate(pos);
       if (v == Verdict::kAccept) {
         out_[j] = int32_t(pos.y);
@@ -93,12 +100,13 @@ class Walk {
 
   int64_t draft_id(int64_t j) const { return a_.draft_ids[r_.d0 + j]; }
 
-  // Where row j is transformed: the one scratch row, or in block mode a row per position (the
-  // draw at tau reuses row tau instead of transforming it again).
-  float* row_buf(std::vector<float>& one, std::vector<std::vector<float>>& per_pos, int64_t j) {
+  // Where row j is transformed: the one scratch row, or in block mode one of two slots per
+  // side: the row of the current tau (the draw may land there) and the row being scanned,
+  // so that two rows, not the whole block, stay in the cache.
+  float* row_buf(std::vector<float>& one, std::vector<std::vector<float>>& slots) {
     if (!block_rows_) return grow(one, r_.V);
-    if (int64_t(per_pos.size()) <= j) per_pos.resize(size_t(j + 1));
-    return grow(per_pos[size_t(j)], r_.V);
+    if (slots.size() < 2) slots.resize(2);
+    return grow(slots[size_t(scan_slot_)], r_.V);
   }
 
   // The full target row p_j: checked in full (and transformed, or its argmax for greedy
@@ -118,7 +126,7 @@ class Walk {
       } else {
         const NextRow nx = next_row(pos);
         ok = transform_row(a_.target, row, r_.inv_t, r_.top_k, r_.top_p, r_.min_p,
-                           row_buf(w_.et, w_.block_t, pos.j), w_, pos.P, nx.ptr, nx.bytes);
+                           row_buf(w_.et, w_.block_t), w_, pos.P, nx.ptr, nx.bytes);
       }
       pos.target = ok ? State::kValid : State::kInvalid;
     }
@@ -141,11 +149,26 @@ class Walk {
     return nx;
   }
 
-  // p_j as an array (after target_p succeeded, non-greedy)
-  const float* p_row(Position& pos) {
-    if (a_.target_is_probs) return pos.tprob;
-    pos.P.materialize(r_.V);
-    return pos.P.e;
+  // p_j for the passes that read it whole (after target_p succeeded, non-greedy): the
+  // probability row, or the transformed row whose p the pass computes as it reads (p is
+  // never stored).
+  PRow p_row(const Position& pos) const {
+    PRow pr;
+    if (a_.target_is_probs) {
+      pr.p = pos.tprob;
+      return pr;
+    }
+    pr.p = pos.P.e;
+    pr.from_e = true;
+    pr.cut = pos.P.cut;
+    pr.sd = pos.P.sd;
+    pr.sparse = pos.P.sparse;
+    return pr;
+  }
+
+  // p_j(i) of one token (after target_p succeeded, non-greedy)
+  float p_at(const Position& pos, int64_t i) const {
+    return a_.target_is_probs ? pos.tprob[i] : pos.P(i);
   }
 
   void read_draft(Position& pos) {
@@ -156,7 +179,7 @@ class Walk {
       pos.dprob = f32_row(a_.draft, row);
       pos.q_y = pos.dprob[pos.y];
     } else if (transform_row(a_.draft, row, r_.inv_t, r_.top_k, r_.top_p, r_.min_p,
-                             row_buf(w_.ed, w_.block_d, pos.j), w_, pos.Q)) {
+                             row_buf(w_.ed, w_.block_d), w_, pos.Q)) {
       pos.q_y = pos.Q(pos.y);
     } else {
       pos.q_nan = true;
@@ -183,22 +206,28 @@ class Walk {
   }
 
   // After a rejection at j: a draw from the residual of p_j and q_j (greedy: the argmax).
-  int64_t rejection_draw(Position& pos) {
+  // With beta: where the draw reads a draft row q_j, the min mass of beta_j (section 10)
+  // from the same read, and *got = true.
+  int64_t rejection_draw(Position& pos, uint64_t* beta = nullptr, bool* got = nullptr) {
     if (!target_p(pos)) return -1;
     if (r_.greedy) return pos.argmax;
     read_draft(pos);
     const uint64_t U = sample_uniform64(r_.seed, r_.offset, uint64_t(pos.j));
     if (!a_.draft.ptr) return draw_p(pos, nullptr, pos.y, U);  // point mass at y
-    if (a_.draft_is_probs) return draw_p(pos, pos.dprob, -1, U);
     if (pos.q_nan) return draw_p(pos, nullptr, -1, U);  // no residual mass: p
-    pos.Q.materialize(r_.V);
-    return draw_p(pos, pos.Q.e, -1, U);
+    const float* q = pos.dprob;
+    if (!a_.draft_is_probs) {
+      pos.Q.materialize(r_.V);
+      q = pos.Q.e;
+    }
+    if (got) *got = beta != nullptr;
+    return draw_p(pos, q, -1, U, beta);
   }
 
   // The draw from p_j (minus q): from the transformed row directly, without storing p.
-  int64_t draw_p(Position& pos, const float* q, int64_t y, uint64_t U) {
-    if (a_.target_is_probs) return draw(pos.tprob, q, y, r_.V, U, w_);
-    return draw_row(pos.P, q, y, r_.V, U, w_);
+  int64_t draw_p(Position& pos, const float* q, int64_t y, uint64_t U, uint64_t* beta = nullptr) {
+    if (a_.target_is_probs) return draw(pos.tprob, q, y, r_.V, U, w_, beta);
+    return draw_row(pos.P, q, y, r_.V, U, w_, beta);
   }
 
   // Bonus / end of block at j = kb: a draw from p_j (greedy: the argmax).
@@ -208,53 +237,90 @@ class Walk {
     return draw_p(pos, nullptr, -1, sample_uniform64(r_.seed, r_.offset, uint64_t(pos.j)));
   }
 
-  // Block verification (reference section 9).
+  // Block verification (reference section 9).  Each position's rows are read once: the exp
+  // pass of the transform, then one pass over p (computed from e) and q for S_j, its
+  // per-block sums (kept for the draw at tau) and, with the rates, beta_j.  Row kb is only
+  // checked (the scale pass) until the draw needs it; rows are kept in two slots per side.
   void run_block() {
-    const int64_t kb = r_.block.kb;
+    const int64_t kb = r_.block.kb, V = r_.V;
+    const int64_t nb = (V + kDrawBlock - 1) / kDrawBlock;
     std::vector<double>& rho = w_.rho;
     if (int64_t(rho.size()) < kb + 1) rho.resize(size_t(kb + 1));
+    if (int64_t(w_.block_bsum.size()) < 2 * nb) w_.block_bsum.resize(size_t(2 * nb));
+    uint64_t* bsums[2] = {w_.block_bsum.data(), w_.block_bsum.data() + nb};
     rho[0] = 1.0;
     int64_t tau = 0, e = kb;
+    uint64_t S_tau = 0;
+    bool tau_mass = false;  // S_tau and its block sums (slot tau_slot) computed in the scan
+    int tau_slot = 0;
     bool end_ok = true;
     block_rows_ = true;
     std::vector<Position>& kept = positions_;
     kept.clear();
     kept.reserve(size_t(kb + 1));
     for (int64_t j = 0; j <= kb; ++j) {
+      scan_slot_ = 1 - tau_slot;
       if (!r_.target_row_ok(j)) {
         e = j, end_ok = false;
         break;
       }
       kept.emplace_back(*this, j);
       Position& pos = kept.back();
+      if (j == kb) {  // the end row: checked now, transformed only if the draw lands there
+        if (!(a_.target_is_probs ? target_p(pos) : logits_row_ok(pos))) e = j, end_ok = false;
+        break;
+      }
       if (!target_p(pos)) {
         e = j, end_ok = false;
         break;
       }
-      if (j == kb) break;
+      if (j == 0) tau_slot = scan_slot_;  // tau = 0 until a stop test passes
       read_draft(pos);
-      if (rates_) rates_[j] = rate(pos);
+      const float* q = q_row(pos);
+      const float p_y = p_at(pos, pos.y);
       if (pos.q_nan) {  // an unusable draft row ends the block here
+        if (rates_) rates_[j] = 0.0f;
         e = j;
         break;
       }
-      if (j >= 1) {  // row 0 is materialised only if the draw lands there (h_0 = 1)
-        const double h = block_stop_probability(
-            block_mass(p_row(pos), q_row(pos), pos.y, rho[j], r_.V, nullptr), rho[j]);
-        if (accept_uniform(r_.seed, r_.offset, uint64_t(j - 1)) < h) tau = j;
+      const bool beta = rates_ && q;
+      if (j >= 1) {  // row 0 is summed only if the draw lands there (h_0 = 1)
+        uint64_t M = 0;
+        const uint64_t S = block_mass(p_row(pos), q, pos.y, p_y, rho[j], V, bsums[scan_slot_],
+                                      beta ? &M : nullptr);
+        if (beta) rates_[j] = rate_from_mass(M);
+        if (accept_uniform(r_.seed, r_.offset, uint64_t(j - 1)) <
+            block_stop_probability(S, rho[j])) {
+          tau = j, tau_slot = scan_slot_, S_tau = S, tau_mass = true;
+        }
+      } else if (beta) {
+        rates_[j] = rate(pos);
       }
-      const float p_y = a_.target_is_probs ? pos.tprob[pos.y] : pos.P(pos.y);
+      if (rates_ && !q) rates_[j] = p_y;  // point-mass draft: beta = p(y)
       rho[j + 1] = block_next_rho(rho[j], p_y, pos.q_y);
     }
     if (e >= 1 && accept_uniform(r_.seed, r_.offset, uint64_t(e - 1)) < rho[e]) tau = e;
     for (int64_t j = 0; j < tau; ++j) out_[j] = int32_t(draft_id(j));
     if (tau == e && !end_ok) return finish(e, -1);
-    Position& pos = kept[size_t(tau)];  // transformed in the scan, in its own buffers
+    Position& pos = kept[size_t(tau)];  // transformed in the scan, in a slot the scan kept
     if (tau == e) return finish(e, bonus_draw(pos));
-    const float* p = p_row(pos);
     const float* q = q_row(pos);
-    finish(tau, block_draw(p, q, pos.y, rho[tau], r_.V,
-                           sample_uniform64(r_.seed, r_.offset, uint64_t(tau)), w_));
+    const uint64_t U = sample_uniform64(r_.seed, r_.offset, uint64_t(tau));
+    uint64_t* bs = bsums[tau_slot];
+    if (!tau_mass)  // tau = 0
+      S_tau = block_mass(p_row(pos), q, pos.y, p_at(pos, pos.y), rho[tau], V, bs, nullptr);
+    if (S_tau == 0) return finish(tau, draw_p(pos, nullptr, -1, U));  // no residual mass: p
+    finish(tau, block_find(bs, S_tau, U, V, [&](int64_t i) { return p_at(pos, i); }, q, pos.y,
+                           rho[tau]));
+  }
+
+  // A logits row the block only may need: valid (reference section 2's checks) without its
+  // exp pass; target_p transforms it if it is drawn from.
+  bool logits_row_ok(const Position& pos) {
+    const Mat& m = a_.target;
+    const float* src = row_as_f32(m, r_.t0 + pos.j, r_.V, grow(w_.tmp, r_.V));
+    const RowScan sc = passes().scale_max(src, nullptr, r_.V, r_.inv_t);
+    return !sc.bad && !sc.allneg;
   }
 
   // The draft row q_j as an array, nullptr for point-mass drafts (and, with q_nan, for an
@@ -267,14 +333,17 @@ class Walk {
     return pos.Q.e;
   }
 
-  // beta_j of a position whose accept test or block step read its rows (section 10).
+  // beta_j of a position whose accept test or block step read its rows (section 10): one
+  // read of p (from e) and q, storing nothing.
   float rate(Position& pos) {
     if (r_.greedy) return pos.y == pos.argmax ? 1.0f : 0.0f;
     if (!target_p(pos)) return std::numeric_limits<float>::quiet_NaN();
-    const float* p = p_row(pos);
-    if (!a_.draft.ptr) return p[pos.y];
+    if (!a_.draft.ptr) return p_at(pos, pos.y);
     const float* q = q_row(pos);
-    return q ? accept_rate(p, q, r_.V, w_) : 0.0f;
+    if (!q) return 0.0f;
+    uint64_t M = 0;
+    passes().pq_masses(p_row(pos), q, 0.0, r_.V, nullptr, false, &M);
+    return rate_from_mass(M);
   }
 
   void finish(int64_t j, int64_t token) {
@@ -291,7 +360,8 @@ class Walk {
   int32_t* out_;
   int64_t b_;
   float* rates_ = nullptr;
-  bool block_rows_ = false;          // rows go to per-position buffers (block mode)
+  bool block_rows_ = false;          // rows go to two slots per side (block mode)
+  int scan_slot_ = 0;                // block mode: the slot of the row being scanned
   std::vector<Position> positions_;  // block mode: every position read
 };
 
