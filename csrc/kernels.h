@@ -99,6 +99,10 @@ struct TreeArgs {
 
 void verify_tree(const TreeArgs& a);
 
+// Traversal verification (reference section 13) on the same arguments: rsd = siblings drawn
+// without replacement (method "traversal"), else i.i.d. ("traversal_iid").
+void verify_traversal(const TreeArgs& a);
+
 // logits [N, V] -> probs [N, V] float32 contiguous, valid [N]; rows run on at most `threads`
 // threads.
 void sampling_probs(const Mat& logits, const TransformParams& params, float* out_probs,

@@ -138,6 +138,9 @@ def sampling_probs(logits, inv_temp, top_k, top_p, min_p):
 
 def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, draft_is_probs,
                 inv_temp, top_k, top_p, min_p, seed, offset, max_depth, method="rsd"):
+    if method in ("traversal", "traversal_iid"):
+        raise ValueError(f"method={method!r} (traversal verification, reference section 13) "
+                         "has no Triton kernel yet: use backend='cpu' or 'reference'")
     _check_device(target)
     B, dev = node_ids.shape[0], target.device
     return _K.verify_tree(_rows(target), bool(target_is_probs), _i64(node_ids),

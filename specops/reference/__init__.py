@@ -425,8 +425,8 @@ statistics as this module by reductions over vocabulary chunks: maxima, lowest-i
 counts and the integer masses of sections 2 and 5 combine exactly in any order, so it emits
 the same tokens.
 
-13. Traversal verification (``method="traversal"`` / ``"traversal_iid"``; ``reference/traversal.py``)
---------------------------------------------------------------------------------------------------
+13. Traversal verification (``method="traversal"`` / ``"traversal_iid"``)
+--------------------------------------------------------------------------
 Traversal verification (Weng et al., arXiv 2505.12398) verifies a tree of section 11 from the
 leaves to the root and accepts whole paths with a sequence-level weight: section 9's block
 verification generalised to trees.  On a chain (node n's parent is n - 1) it *is* section 9,
