@@ -124,3 +124,21 @@ def test_triton_refuses_traversal_by_name():
     kw["method"] = "traversal"
     with pytest.raises(ValueError, match="traversal"):
         TB.verify_tree(**kw)
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("method", METHODS)
+def test_cpu_statistics(method):
+    """The C++ walk's own 20,000 runs through the public call pass the calibrated chi-square
+    tests of tests/test_traversal.py (whose negative controls fail at 3,000 runs)."""
+    from tests.test_traversal import STAT_TREE, draft_trees, traversal_pvalues, tree_rows
+    n = 20000
+    ids = draft_trees(n, "rsd" if method == "traversal" else "mss", 11)
+    target, draft = tree_rows(ids)
+    out = specops.verify_tree(target_probs=target.contiguous(), node_token_ids=ids,
+                              parent_ids=torch.tensor(STAT_TREE).expand(n, 5),
+                              draft_probs=draft.contiguous(), method=method,
+                              seed=torch.arange(n) + 5000, offset=0, backend="cpu")
+    assert bool(out.valid.all())
+    pv = traversal_pvalues(out.token_ids.numpy(), out.num_accepted.numpy(), method, seed=1)
+    assert min(pv.values()) >= 1e-6, pv
