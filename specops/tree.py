@@ -98,7 +98,7 @@ def verify_tree(target_logits: Optional[torch.Tensor] = None,
     tried in increasing node index.  "traversal" / "traversal_iid": traversal verification
     (reference section 13: leaf to root, sequence-level acceptance; block verification on a
     chain), siblings drawn without replacement / i.i.d. (K i.i.d. draft paths: a root with K
-    chains); backends "cpu" and "reference" only so far.  ``max_depth``: the output width
+    chains).  ``max_depth``: the output width
     - 1; default the deepest level of the trees, which reads ``parent_ids`` on the host (a synchronisation for CUDA
     tensors): pass it under ``torch.compile``, CUDA-graph capture or ``validate=False``.
     ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed``, ``offset``, ``generator``,

@@ -117,15 +117,6 @@ def test_chain_equals_cpu_block(kind, method):
     assert bool(out.valid.all())
 
 
-def test_triton_refuses_traversal_by_name():
-    """No Triton kernel yet: the triton backend names the method instead of running rsd."""
-    from specops.backends import triton as TB
-    kw = make_tree_case("logits_rsd", 7, 5, B=2)
-    kw["method"] = "traversal"
-    with pytest.raises(ValueError, match="traversal"):
-        TB.verify_tree(**kw)
-
-
 @pytest.mark.full
 @pytest.mark.parametrize("method", METHODS)
 def test_cpu_statistics(method):
