@@ -478,8 +478,14 @@ same walk (``traverse``) over every drafted tree and every coin outcome, and the
 law to the target's within 1e-12 on dyadic rows, for chains and several tree shapes, the
 adversarial families and point-mass drafts; without-replacement's rule on i.i.d. siblings is
 also exact (a repeated token is skipped), i.i.d.'s rule on without-replacement siblings is not.
-The implemented coin accepts with ``ceil(rho * 2**32) / 2**32`` (section 6).  The node order
-matters for the coin words only: bit-identity rests on the float64 products, differences and
+The implemented coin accepts with ``ceil(rho * 2**32) / 2**32`` (section 6).
+
+*Rows read*: the target row of every node the walk visits (pushes) and the draft row of each
+visited node with a valid target row and a child; the walk may visit more nodes than the
+accepted path (``bench/results/tree_traversal.md`` counts them), which is its cost over
+section 11.  Backends: the C++ walk (``csrc/verify/traversal.cpp``, an explicit stack of the
+path's rows) and the Triton kernel (``triton_kernels/verify_traversal.py``, per-level scratch
+rows) emit the reference's tokens; bit-identity rests on the float64 products, differences and
 divisions above being correctly rounded and unfused, as in sections 9 and 11.
 
 The reference itself is written for clarity (a loop over requests, numpy per row); it is the
