@@ -68,6 +68,27 @@ def path_rows(out, parents, K=None):
     return float((nacc + 1).float().mean()), float(np.mean(draft))
 
 
+def traversal_rows(target, q, par, ids, top_p, temperature=0.8):
+    """Mean rows [target, draft] traversal verification reads per request: the target row of
+    every node its walk visits and the draft row of each visited node with children, counted
+    by running the reference's walk (the C++ walk visits the same nodes: same coins)."""
+    from specops.reference import traversal as T
+    B, N, V = target.shape
+    params = (R.inv_temperature(temperature), np.int64(0), np.float32(top_p), np.float32(0))
+    depth = T.tree_depths(par[0].numpy(), N, ids[0].numpy(), V, N)
+    t_rows, d_rows = [], []
+    for b in range(B):
+        seen = set()
+        req = T._request(target[b].numpy(), False, q[b].numpy(), True, ids[b].numpy(),
+                         par[b].numpy(), depth, params, "traversal")
+        p_of = req.p
+        req.p = lambda n, p_of=p_of, seen=seen: seen.add(n) or p_of(n)
+        T.traverse(req, lambda n, pi, b=b: bool(R.accept_uniform(b, 0, n - 1) < pi))
+        t_rows.append(len(seen))
+        d_rows.append(sum(1 for n in seen if req.kids(n)))
+    return float(np.mean(t_rows)), float(np.mean(d_rows))
+
+
 def time_tree(B=32, V=128256, reps=5, backend="cpu", top_p=1.0):
     N = len(TREE16)
     target, q, par, ids = tree_inputs(B, TREE16, V)
@@ -83,6 +104,8 @@ def time_tree(B=32, V=128256, reps=5, backend="cpu", top_p=1.0):
                                                 max_depth=depth, **kw),
         "tree point-mass": lambda: specops.verify_tree(target, ids, par, method="rsd",
                                                        max_depth=depth, **kw),
+        "tree traversal": lambda: specops.verify_tree(target, ids, par, q, method="traversal",
+                                                      max_depth=depth, **kw),
         "chain K=15": lambda: specops.verify_block(target, chain_ids, chain_q, **kw),
     }
     res = timeit({"floor": lambda: peers.floor(target, q), **calls}, reps)
@@ -90,7 +113,10 @@ def time_tree(B=32, V=128256, reps=5, backend="cpu", top_p=1.0):
     per_s = (target.numel() + q.numel()) * 4 / res["floor"]     # the floor's bandwidth
     for name, fn in calls.items():
         out = fn()
-        t_rows, d_rows = path_rows(out, TREE16, N - 1 if name.startswith("chain") else None)
+        if name == "tree traversal":   # the rows its walk visits, counted by the reference
+            t_rows, d_rows = traversal_rows(target, q, par, ids, top_p)
+        else:
+            t_rows, d_rows = path_rows(out, TREE16, N - 1 if name.startswith("chain") else None)
         if name == "tree point-mass":
             d_rows = 0.0
         res[f"accepted {name}"] = float(out.num_accepted.float().mean())
@@ -132,7 +158,9 @@ def section(emit, reps=5, backend="cpu"):
     emit("`x floor`: against reading all 16 target and 16 draft rows; `x path`: against "
          "reading only the rows the walk needs (the target row of every node on the accepted "
          "path and the draft row of each of them that has children; for the chain the first "
-         "num_accepted + 1 rows), at the floor's measured bandwidth.")
+         "num_accepted + 1 rows; for traversal, every node its leaf-to-root walk visits and "
+         "the draft row of each visited node with children, counted by the reference's walk), "
+         "at the floor's measured bandwidth.")
     emit()
     emit("| setting | what | ms | x floor | x path | rows read (target + draft) | mean accepted |")
     emit("|---|---|---|---|---|---|---|")
@@ -140,7 +168,7 @@ def section(emit, reps=5, backend="cpu"):
         res = time_tree(reps=reps, backend=backend, top_p=top_p)
         f = res["floor"]
         emit(f"| {label} | floor | {f * 1e3:.2f} | 1.00 | - | 16 + 16 | - |")
-        for k in ("tree rsd", "tree mss", "tree point-mass", "chain K=15"):
+        for k in ("tree rsd", "tree mss", "tree traversal", "tree point-mass", "chain K=15"):
             t_rows, d_rows = res[f"rows {k}"]
             emit(f"| {label} | {k} | {res[k] * 1e3:.2f} | {res[k] / f:.2f} | "
                  f"{res[k] / res[f'path floor {k}']:.2f} | {t_rows:.2f} + {d_rows:.2f} | "

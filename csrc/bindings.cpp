@@ -308,6 +308,7 @@ PyMethodDef keyword_method(const char* doc) {
 
 constexpr char kVerify[] = "verify";
 constexpr char kVerifyTree[] = "verify_tree";
+constexpr char kVerifyTraversal[] = "verify_traversal";
 constexpr char kSamplingProbs[] = "sampling_probs";
 
 // The fields verify and verify_tree (VerifyArgs, TreeArgs) share: the batch size, then the
@@ -389,6 +390,10 @@ specops::TreeArgs parse_verify_tree(Fields& f, Scalars& sc) {
   return a;
 }
 
+constexpr char kVerifyTraversalDoc[] = R"(Traversal verification (reference.verify_traversal_ref,
+section 14): verify_tree's fields; mss (bool): siblings drawn i.i.d. (method 'traversal_iid'),
+else without replacement ('traversal').)";
+
 constexpr char kSamplingProbsDoc[] = R"(fields, by name: logits (matrix view [N, V]); inv_temp,
 top_k, top_p, min_p (column views of N rows, or a Python number shared by every row); outputs
 (addresses): out_probs [N, V] float32 (contiguous), out_valid [N] bool; threads: rows run on at
@@ -455,6 +460,8 @@ PYBIND11_MODULE(_C, m) {
       keyword_method<specops::VerifyArgs, parse_verify, specops::verify, kVerify>(kVerifyDoc),
       keyword_method<specops::TreeArgs, parse_verify_tree, specops::verify_tree, kVerifyTree>(
           kVerifyTreeDoc),
+      keyword_method<specops::TreeArgs, parse_verify_tree, specops::verify_traversal,
+                     kVerifyTraversal>(kVerifyTraversalDoc),
       keyword_method<SamplingArgs, parse_sampling_probs, run_sampling_probs, kSamplingProbs>(
           kSamplingProbsDoc),
   };

@@ -121,6 +121,9 @@ struct CoinArgs {
 };
 
 void coin_walk(const CoinArgs& a);
+// Traversal verification (reference section 14) on the same arguments: rsd = siblings drawn
+// without replacement (method "traversal"), else i.i.d. ("traversal_iid").
+void verify_traversal(const TreeArgs& a);
 
 // logits [N, V] -> probs [N, V] float32 contiguous, valid [N]; rows run on at most `threads`
 // threads.

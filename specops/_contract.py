@@ -4,7 +4,7 @@ The numpy reference, the C++ path and the Triton kernels each spell these rules 
 language; every torch module of specops (the argument layer, the unfused composition, the
 sharded walk of ``specops.distributed``, the drafting helper, the ops) uses this module:
 
-* the method names (sections 1, 9, 11);
+* the method names (sections 1, 9, 11, 14);
 * the malformed-parameter predicate (section 8), evaluated on the device;
 * the accept test and the clamp of the acceptance rates (sections 1, 10);
 * Philox4x32-10 and the streams (section 4), and the exact 128-bit product of the integer
@@ -18,7 +18,8 @@ from specops.reference import (PHILOX_M0, PHILOX_M1, PHILOX_ROUNDS, PHILOX_W0, P
                                W_SCALE_BITS)
 
 CHAIN_METHODS = ("token", "block")        # verify_block: section 1 / section 9
-TREE_METHODS = ("rsd", "mss")             # verify_tree: section 11
+TREE_METHODS = ("rsd", "mss", "traversal", "traversal_iid")   # verify_tree: sections 11, 14
+TRAVERSAL_METHODS = ("traversal", "traversal_iid")          # section 14
 M32 = 0xFFFFFFFF
 
 

@@ -37,6 +37,7 @@ GRID = {
 }
 GRID_SIZE = int(np.prod([len(v) for v in GRID.values()]))
 GRID_EXACT_K = 2           # the grid's exact laws enumerate min(gamma, 2) drafts (V = 8)
+TRAVERSAL_TREE = [-1, 0, 0, 1]   # section 14 beside rsd / mss: 2 siblings, the first with a child
 
 # Knob values that must be rejected (sanitation check): (knob, value).
 BAD_KNOBS = (
@@ -197,12 +198,27 @@ def _exact_law_checks(model: lab.ToyModel, view: dict, K: int) -> (List[dict], d
     out.append(_check("tree_accepts_at_least_one_draft",
                       min(acc.values()) >= single - ALGEBRA_TOL,
                       f"rsd {acc['rsd']:.6f}, mss {acc['mss']:.6f} vs one draft {single:.6f}"))
+    # Traversal verification (section 14) beside rsd and mss on the smallest tree where it
+    # differs from them: two siblings at the root, the first with a child (about 0.7 s).
+    trav = {}
+    for m in ("rsd", "mss", "traversal", "traversal_iid"):
+        law = R.exact_traversal_law if m.startswith("traversal") else R.exact_tree_law
+        trav[m] = law(model.target_fn(), model.draft_fn(), TRAVERSAL_TREE, lab.V, m)
+    for m in ("traversal", "traversal_iid"):
+        out.append(_check(f"tree_{m}_law_tv", trav[m]["tv"] <= EXACT_TOL, trav[m]["tv"]))
+    mean = {m: float(np.arange(3) @ t["length_law"]) for m, t in trav.items()}
+    out.append(_check("traversal_accepts_at_least_rsd_mss",
+                      mean["traversal"] >= mean["rsd"] - ALGEBRA_TOL
+                      and mean["traversal_iid"] >= mean["mss"] - ALGEBRA_TOL,
+                      ", ".join(f"{m} {v:.6f}" for m, v in mean.items())))
     info = {"K": K, "tv": res["tv"], "wrong_fallback_tv": wrong["tv"],
             "tree_tv": max(t["tv"] for t in tree.values()), "tree_accept": acc,
             "single_accept": single,
             "length_law": res["length_law"].tolist(), "length_law_markov": ll.tolist(),
             "block_tv": block["tv"], "block_length_law": block["length_law"].tolist(),
-            "expected_accepted_token": e_tok, "expected_accepted_block": e_blk}
+            "expected_accepted_token": e_tok, "expected_accepted_block": e_blk,
+            "traversal_tree": TRAVERSAL_TREE, "traversal_expected_accepted": mean,
+            "traversal_tv": max(trav[m]["tv"] for m in ("traversal", "traversal_iid"))}
     return out, info
 
 

@@ -104,6 +104,11 @@ def format_report(r: dict) -> str:
                  f"= {_n(e['tree_tv'], '.1e')}; P(accept) rsd {_n(e['tree_accept']['rsd'], '.4f')}"
                  f", mss {_n(e['tree_accept']['mss'], '.4f')} vs one draft "
                  f"{_n(e['single_accept'], '.4f')}")
+    if "traversal_tv" in e:
+        mean = e["traversal_expected_accepted"]
+        L.append(f"  traversal verification (section 14, tree {e['traversal_tree']}): TV to the "
+                 f"target = {_n(e['traversal_tv'], '.1e')}; E[accepted] "
+                 + ", ".join(f"{m} {_n(v, '.4f')}" for m, v in mean.items()))
     L.append("")
     L.append(f"Sequence of {s['length']} tokens on {s['backend']} (seed {k['seed']}, "
              f"offset = step):")

@@ -1,4 +1,4 @@
-"""``specops.verify_tree``: exact verification of a draft tree (reference section 11).
+"""``specops.verify_tree``: exact verification of a draft tree (reference sections 11, 14).
 
 The checks follow ``specops.verify_block``'s rules (``specops._args``): types, shapes, dtypes
 and devices always; values as ``validate`` allows (``None``: CPU tensors and Python scalars,
@@ -75,7 +75,8 @@ def verify_tree(target_logits: Optional[torch.Tensor] = None,
                 draft_probs: Optional[torch.Tensor] = None, *,
                 target_probs: Optional[torch.Tensor] = None,
                 draft_logits: Optional[torch.Tensor] = None,
-                method: Literal["rsd", "mss"] = "rsd", temperature: PerRequest = 1.0,
+                method: Literal["rsd", "mss", "traversal", "traversal_iid"] = "rsd",
+                temperature: PerRequest = 1.0,
                 top_k: PerRequestInt = 0, top_p: PerRequest = 1.0, min_p: PerRequest = 0.0,
                 num_nodes: Optional[PerRequestInt] = None, max_depth: Optional[int] = None,
                 seed: Optional[PerRequestInt] = None, offset: Optional[PerRequestInt] = None,
@@ -94,8 +95,11 @@ def verify_tree(target_logits: Optional[torch.Tensor] = None,
 
     ``method``: "rsd" (siblings drawn without replacement, in node order, e.g. with
     ``specops.sample_without_replacement``) or "mss" (siblings drawn i.i.d.).  Siblings are
-    tried in increasing node index.  ``max_depth``: the output width - 1; default the deepest
-    level of the trees, which reads ``parent_ids`` on the host (a synchronisation for CUDA
+    tried in increasing node index.  "traversal" / "traversal_iid": traversal verification
+    (reference section 14: leaf to root, sequence-level acceptance; block verification on a
+    chain), siblings drawn without replacement / i.i.d. (K i.i.d. draft paths: a root with K
+    chains).  ``max_depth``: the output width
+    - 1; default the deepest level of the trees, which reads ``parent_ids`` on the host (a synchronisation for CUDA
     tensors): pass it under ``torch.compile``, CUDA-graph capture or ``validate=False``.
     ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed``, ``offset``, ``generator``,
     ``backend`` and ``validate`` as in ``specops.verify_block``.

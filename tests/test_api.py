@@ -441,6 +441,8 @@ def test_signatures_are_typed():
     assert torch.Tensor in typing.get_args(hints["temperature"])
     assert float in typing.get_args(hints["temperature"])
     tree_hints = typing.get_type_hints(specops.verify_tree)
-    assert tree_hints["method"] == typing.Literal["rsd", "mss"]
+    # the annotation lists exactly the contract's tree methods (sections 11, 14)
+    from specops._contract import TREE_METHODS
+    assert typing.get_args(tree_hints["method"]) == TREE_METHODS
     import os
     assert os.path.exists(os.path.join(os.path.dirname(specops.__file__), "py.typed"))

@@ -36,9 +36,12 @@ Functions (all return new tensors on the input's device):
 
 * ``verify_tree(target [B*N, V], target_is_probs, node_ids [B, N] int64, parents [B, N]
   int64, num_nodes [B] int64, draft [B*N, V] or None, draft_is_probs, inv_temp, top_k,
-  top_p, min_p, seed, offset, max_depth: int, method: "rsd" | "mss") -> (token_ids
+  top_p, min_p, seed, offset, max_depth: int, method: "rsd" | "mss" | "traversal" |
+  "traversal_iid") -> (token_ids
   [B, max_depth+1] int32, num_accepted [B] int32, accepted_nodes [B, max_depth] int32,
-  valid [B] bool)`` == ``reference.verify_tree_ref`` (section 11): node n of request b reads
+  valid [B] bool)`` == ``reference.verify_tree_ref`` (section 11), or
+  ``reference.verify_traversal_ref`` (section 14) for the traversal methods (a backend without
+  them raises ValueError naming the method): node n of request b reads
   target / draft row ``b * N + n``.
 
 The single-purpose accept and residual-sample steps are views over ``verify`` (see

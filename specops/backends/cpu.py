@@ -169,8 +169,12 @@ def sampling_probs(logits, inv_temp, top_k, top_p, min_p):
 
 def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, draft_is_probs,
                 inv_temp, top_k, top_p, min_p, seed, offset, max_depth, method="rsd"):
-    if method not in ("rsd", "mss"):
-        raise ValueError(f"method must be 'rsd' or 'mss', got {method!r}")
+    if method not in ("rsd", "mss", "traversal", "traversal_iid"):
+        raise ValueError("method must be 'rsd', 'mss', 'traversal' or 'traversal_iid', got "
+                         f"{method!r}")
+    traversal = method in ("traversal", "traversal_iid")
+    if traversal and not hasattr(_C, "verify_traversal"):
+        raise RuntimeError("specops._C has no verify_traversal: rebuild it with `pip install -e .`")
     dev = target.device
     keep: list = []  # converted copies, alive until the call returns
     tgt = _rows(target, bool(target_is_probs))
@@ -193,7 +197,7 @@ def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, dr
     nacc = torch.empty(B, dtype=torch.int32)
     nodes = torch.empty((B, D), dtype=torch.int32)
     valid = torch.empty(B, dtype=torch.bool)
-    _C.verify_tree(  # by keyword, in the order the binding reads them
+    (_C.verify_traversal if traversal else _C.verify_tree)(  # by keyword, in binding order
         B=B, target_is_probs=bool(target_is_probs), target=_mat(tgt),
         draft_is_probs=bool(draft_is_probs), draft=None if dr is None else _mat(dr),
         N=N, max_depth=D,
@@ -206,7 +210,7 @@ def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, dr
         min_p=_col(min_p, F32, B, "min_p", keep),
         seed=_col(seed, I64, B, "seed", keep, True),
         offset=_col(offset, I64, B, "offset", keep, True),
-        mss=method == "mss",
+        mss=method in ("mss", "traversal_iid"),
         out_tokens=tok.data_ptr(), out_num_accepted=nacc.data_ptr(),
         out_nodes=nodes.data_ptr(), out_valid=valid.data_ptr(),
         threads=torch.get_num_threads())

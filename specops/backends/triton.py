@@ -20,7 +20,9 @@ looping over the vocabulary in tiles of ``BLOCK_V`` lanes (masked past V).
 pipeline (``split.py``) or one program per request (``verify.py``): ``dispatch.py`` asks the
 bandwidth model of ``_launch.use_split``, which decides from the shapes.  ``verify_tree`` (reference section 11) runs
 one program per request (``triton_kernels/verify_tree.py``), also without host
-synchronisation; it allocates two [B, V] int64 scratch rows per call.
+synchronisation; it allocates two [B, V] int64 scratch rows per call.  The traversal methods
+(section 14) run ``triton_kernels/verify_traversal.py``, one program per request with four
+[B, max_depth + 1, V] scratch rows (float32 / int64) per call.
 """
 from __future__ import annotations
 
@@ -140,7 +142,8 @@ def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, dr
                 inv_temp, top_k, top_p, min_p, seed, offset, max_depth, method="rsd"):
     _check_device(target)
     B, dev = node_ids.shape[0], target.device
-    return _K.verify_tree(_rows(target), bool(target_is_probs), _i64(node_ids),
+    walk = _K.verify_traversal if method in ("traversal", "traversal_iid") else _K.verify_tree
+    return walk(_rows(target), bool(target_is_probs), _i64(node_ids),
                           _i64(parents), _i64(num_nodes, B, dev), _rows(draft),
                           bool(draft_is_probs), _f32(inv_temp, B, dev), _i64(top_k, B, dev),
                           _f32(top_p, B, dev), _f32(min_p, B, dev), _i64(seed, B, dev),

@@ -21,7 +21,8 @@ def check_verify(max_k, method: str = "token", forced_num_accepted=None) -> None
 
 
 def check_tree(max_depth, method: str) -> None:
-    """``max_depth >= 0`` (the output width is max_depth + 1); method "rsd" or "mss"."""
+    """``max_depth >= 0`` (the output width is max_depth + 1); method "rsd", "mss",
+    "traversal" or "traversal_iid"."""
     if max_depth < 0:
         raise ValueError(f"max_depth must be >= 0 (the output width is max_depth + 1), got "
                          f"{max_depth}")

@@ -1,4 +1,4 @@
-"""specops::verify_tree — tree verification (reference section 11).
+"""specops::verify_tree — tree verification (reference section 11; traversal: section 14).
 
 Registered like ``specops::verify`` (``torch.library.Library``, one Python kernel for CPU and
 CUDA, ``register_fake``): the output shapes depend only on B and ``max_depth``, so the op

@@ -13,7 +13,7 @@ Where the code lives (every name is re-exported here, ``specops.reference.X``):
 ``transform`` (section 2), ``draw`` (the per-position arithmetic of sections 1, 5, 9, 10),
 ``walk`` (``verify_rows_ref``: the token, forced and block walks, sections 1, 7, 9),
 ``law`` (the exact laws by enumeration), ``tree`` and ``tree_law`` (section 11), ``coins``
-(section 13).
+(section 13), ``traversal`` and ``traversal_law`` (section 14).
 
 1. The job
 ----------
@@ -502,6 +502,68 @@ the relaxed ``Ath``'s conversion and product, correctly rounded on CPU and GPU a
 "*Uniform on the grid*": the law statements assume ``m`` uniform on ``[0, 2**24)`` and the
 coins of the levels independent; each level reads a different node's coin, and the final
 draw its own entry, so fresh ``torch.rand`` tensors satisfy this.
+14. Traversal verification (``method="traversal"`` / ``"traversal_iid"``)
+--------------------------------------------------------------------------
+Traversal verification (Weng et al., arXiv 2505.12398) verifies a tree of section 11 from the
+leaves to the root and accepts whole paths with a sequence-level weight: section 9's block
+verification generalised to trees.  On a chain (node n's parent is n - 1) it *is* section 9,
+token for token: the same float64 arithmetic, the same Philox words, the same output.  The
+siblings of a node are drafted from its draft row without replacement (``"traversal"``, as
+``rsd``) or i.i.d. (``"traversal_iid"``, as ``mss``; K i.i.d. draft paths are the tree whose
+root has K chains: the multi-path input).  Arguments, outputs, shape checks, malformed
+requests and greedy requests (section 11's greedy walk) are those of section 11.
+
+*Node state.*  Every node c carries a weight ``rho_c`` (float64), its *target masses* ``m_c``
+and its *draft masses* ``s_c`` (float64 [V]).  Before any child of c is deleted,
+``m_c = p_c`` (the float32 row of section 2, read exactly) and ``s_c = q_c`` (the draft row;
+one that is unusable in section 11's sense makes every child of c deleted without a coin and
+without an update); with point-mass drafts ``s_c`` is, for each child, the one-hot of its own
+token.  ``rho_0 = 1``; a child x of c with token y gets, when the walk first reaches it,
+``rho_x = w(rho_c, m_c(y), s_c(y))`` with ``t = rho * m`` rounded first and
+``w = 1 if t > 0 and t >= s, t / s if t > 0 and s > 0, else 0`` (section 9's rho rule).
+
+*Deleting a child* x (token y) of c, with c's current ``rho``, ``m``, ``s``:
+``d(z) = rho * m(z) - s(z)`` where ``rho * m(z) > s(z)``, else 0 (float64, the product first);
+``R(z) = trunc(d(z) * 2**60)`` (int64), ``A = sum R``; ``z = float64(A) * 2**-60``,
+``den = z + (1 - rho)`` (bracket first), ``rho <- z / den`` if ``den > 0`` else 1 (section 9's
+``h``).  Then, if ``A == 0``, every later child of c is deleted without a coin or update;
+otherwise ``m(z) <- R(z) * ia`` with ``ia = 1 / float64(A)`` (section 11's ratio).  Without
+replacement the draft also loses y: ``Qw = trunc(q_c * 2**60)`` (integer, once per node),
+``Q <- Q - Qw(y)``, ``Qw(y) <- 0``, ``s(z) <- Qw(z) * (1 / float64(Q))`` (``Q == 0``: every later
+child deleted without a coin); i.i.d. keeps ``s``.  Without replacement a child whose token
+equals an earlier-tried sibling's is deleted, with its subtree, without a coin or update.
+
+*The walk* (depth first, children in rank order; the first leaf of the remaining tree in
+pre-order is the next one tested): ``visit(c)``: for each child x in rank order, set ``rho_x``
+as above and ``visit(x)``; if something was accepted in x's subtree, stop; else delete x.
+Then c is a leaf: the root is accepted (its rho is always 1); any other node c is accepted iff
+``u_c < rho_c``, with ``u_c = w0 * 2**-32`` at Philox counter ``(c - 1, tag 0, offset_lo,
+offset_hi)`` (node index c; on a chain this is section 9's ``u_{j-1}``).  Each node is
+tested at most once, so each coin is a fresh uniform.  The accepted node a (depth tau) emits
+the tokens of the path root..a (``accepted_nodes``), ``num_accepted = tau``, then the draw
+of section 5 at counter ``(tau, tag 1)`` with weights R (its residual after its last
+deletion) if a child of a was deleted with an update and ``A > 0``, else ``trunc(p_a * 2**60)``.
+
+*Rows that cannot be used* (*Reading*, section 9's cut): a node whose target row is invalid
+(section 3) keeps its coin, but its children are never visited (its row is needed to weight
+them); if it is accepted, the request ends invalid there (accepted path, then -1,
+``num_accepted = tau``, ``valid = False``).  An unusable draft row deletes the node's
+children without an update (a valid cut: an accepted node then draws from p).
+
+*Exactness* is established by enumeration, not assumed: ``exact_traversal_law`` runs the
+same walk (``traverse``) over every drafted tree and every coin outcome, and the tests hold its
+law to the target's within 1e-12 on dyadic rows, for chains and several tree shapes, the
+adversarial families and point-mass drafts; without-replacement's rule on i.i.d. siblings is
+also exact (a repeated token is skipped), i.i.d.'s rule on without-replacement siblings is not.
+The implemented coin accepts with ``ceil(rho * 2**32) / 2**32`` (section 6).
+
+*Rows read*: the target row of every node the walk visits (pushes) and the draft row of each
+visited node with a valid target row and a child; the walk may visit more nodes than the
+accepted path (``bench/results/tree_traversal.md`` counts them), which is its cost over
+section 11.  Backends: the C++ walk (``csrc/verify/traversal.cpp``, an explicit stack of the
+path's rows) and the Triton kernel (``triton_kernels/verify_traversal.py``, per-level scratch
+rows) emit the reference's tokens; bit-identity rests on the float64 products, differences and
+divisions above being correctly rounded and unfused, as in sections 9 and 11.
 
 The reference itself is written for clarity (a loop over requests, numpy per row); it is the
 oracle, not a fast path.
@@ -523,6 +585,8 @@ from .transform import (_int_masses, argmax_row, inv_temperature, pexp, sampling
                         target_row, top_p_threshold, transform_row)
 from .tree import verify_tree_ref
 from .tree_law import exact_tree_law
+from .traversal import verify_traversal_ref
+from .traversal_law import exact_traversal_law
 from .walk import _block_length, verify_rows_ref
 
 __all__ = [
@@ -536,6 +600,7 @@ __all__ = [
     "against_target", "completion", "exact_output_law", "implemented_draw_law", "_U32",
     "_split64", "accept_uniform", "philox4x32", "sample_uniform64", "stream_words",
     "_int_masses", "argmax_row", "inv_temperature", "pexp", "sampling_probs_ref", "target_row",
-    "top_p_threshold", "transform_row", "verify_tree_ref", "exact_tree_law", "_block_length",
+    "top_p_threshold", "transform_row", "verify_tree_ref", "exact_tree_law",
+    "verify_traversal_ref", "exact_traversal_law", "_block_length",
     "verify_rows_ref"
 ]
