@@ -21,6 +21,7 @@ import numpy as np
 
 from specops import audit_env, lab
 from specops import reference as R
+from specops.reference.coins import threshold_tv
 from specops.audit_report import article_lines, format_report, plot_report  # noqa: F401
 
 EXACT_TOL = 1e-12          # exact-law total variation budget
@@ -37,6 +38,8 @@ GRID = {
 }
 GRID_SIZE = int(np.prod([len(v) for v in GRID.values()]))
 GRID_EXACT_K = 2           # the grid's exact laws enumerate min(gamma, 2) drafts (V = 8)
+# SGLang's threshold_single / threshold_acc (section 13): exact, and two relaxed settings.
+RELAXED_THRESHOLDS = {"exact": (1.0, 1.0), "acc 0.9": (1.0, 0.9), "single 0.1": (0.1, 1.0)}
 TRAVERSAL_TREE = [-1, 0, 0, 1]   # section 14 beside rsd / mss: 2 siblings, the first with a child
 
 # Knob values that must be rejected (sanitation check): (knob, value).
@@ -211,6 +214,15 @@ def _exact_law_checks(model: lab.ToyModel, view: dict, K: int) -> (List[dict], d
                       mean["traversal"] >= mean["rsd"] - ALGEBRA_TOL
                       and mean["traversal_iid"] >= mean["mss"] - ALGEBRA_TOL,
                       ", ".join(f"{m} {v:.6f}" for m, v in mean.items())))
+    # SGLang's relaxed thresholds (section 13, NON-EXACT) on its target-only walk: the draft's
+    # two likeliest tokens as siblings at the root, the caller's coins; thresholds 1 are exact.
+    q0 = np.asarray(model.draft_fn()(()), dtype=np.float64)
+    top2 = [int(t) for t in np.argsort(-q0, kind="stable")[:2]]
+    relaxed = {}
+    for name, (single_t, acc_t) in RELAXED_THRESHOLDS.items():
+        relaxed[name] = threshold_tv(model.target_fn(), [0] + top2, [1, -1, -1], [-1, 2, -1],
+                                     lab.V, 2, single_t, acc_t)
+    out.append(_check("sglang_coin_law_tv", relaxed["exact"] <= EXACT_TOL, relaxed["exact"]))
     info = {"K": K, "tv": res["tv"], "wrong_fallback_tv": wrong["tv"],
             "tree_tv": max(t["tv"] for t in tree.values()), "tree_accept": acc,
             "single_accept": single,
@@ -218,7 +230,8 @@ def _exact_law_checks(model: lab.ToyModel, view: dict, K: int) -> (List[dict], d
             "block_tv": block["tv"], "block_length_law": block["length_law"].tolist(),
             "expected_accepted_token": e_tok, "expected_accepted_block": e_blk,
             "traversal_tree": TRAVERSAL_TREE, "traversal_expected_accepted": mean,
-            "traversal_tv": max(trav[m]["tv"] for m in ("traversal", "traversal_iid"))}
+            "traversal_tv": max(trav[m]["tv"] for m in ("traversal", "traversal_iid")),
+            "sglang_threshold_tv": relaxed}
     return out, info
 
 

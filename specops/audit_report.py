@@ -109,6 +109,10 @@ def format_report(r: dict) -> str:
         L.append(f"  traversal verification (section 14, tree {e['traversal_tree']}): TV to the "
                  f"target = {_n(e['traversal_tv'], '.1e')}; E[accepted] "
                  + ", ".join(f"{m} {_n(v, '.4f')}" for m, v in mean.items()))
+    if "sglang_threshold_tv" in e:
+        L.append("  SGLang's relaxed thresholds (section 13, not exact; 2 siblings at the root): "
+                 "TV to the target " + ", ".join(f"{m} {_n(v, '.2e')}"
+                                                for m, v in e["sglang_threshold_tv"].items()))
     L.append("")
     L.append(f"Sequence of {s['length']} tokens on {s['backend']} (seed {k['seed']}, "
              f"offset = step):")

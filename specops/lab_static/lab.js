@@ -327,6 +327,13 @@ function renderLaws(e) {
     ["tree verification: 2 siblings at the root", `TV to the target ${sci(e.tree_tv, 1)}`,
      `P(accept) rsd ${fix(e.tree_accept.rsd, 4)}, mss ${fix(e.tree_accept.mss, 4)} vs one ` +
      `draft ${fix(e.single_accept, 4)}`],
+    [`traversal verification: tree ${JSON.stringify(e.traversal_tree)}`,
+     `TV to the target ${sci(e.traversal_tv, 1)}`,
+     "E[accepted] " + Object.entries(e.traversal_expected_accepted)
+       .map(([m, v]) => `${m} ${fix(v, 4)}`).join(", ")],
+    ["SGLang's relaxed thresholds (not exact): 2 siblings at the root",
+     "TV to the target " + Object.entries(e.sglang_threshold_tv)
+       .map(([m, v]) => `${m} ${sci(v, 2)}`).join(", "), "threshold_single / threshold_acc"],
   ];
   const body = $("laws").tBodies[0];
   body.replaceChildren();
