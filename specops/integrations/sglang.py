@@ -120,7 +120,7 @@ from typing import NamedTuple, Optional
 
 import torch
 
-from specops import _args
+from specops import _args, _contract
 from specops.integrations.sglang_coins import (coin_walk, coin_walk_cpu,  # noqa: F401
                                                coin_walk_triton,
                                                greedy_walk, native_walk,
@@ -534,7 +534,9 @@ def tree_speculative_sampling(
     ``draft_probs`` [bs, n, vocab] float32 (required): row i is the draft distribution the
     children of node i were drawn from (sgl-kernel's indexing: the parent's row).
     ``method="rsd"``: the children were drawn without replacement in next-sibling order;
-    ``"mss"``: i.i.d.  (Children not drawn from that row, such as EAGLE's top-k, need the
+    ``"mss"``: i.i.d.; ``"traversal"`` / ``"traversal_iid"``: traversal verification (contract
+    section 14: leaf to root, sequence-level acceptance) of children drawn without replacement
+    / i.i.d.  (Children not drawn from that row, such as EAGLE's top-k, need the
     target-only function.)  Returns ``valid`` [bs] bool.
     """
     del deterministic                 # specops is always deterministic
@@ -545,8 +547,9 @@ def tree_speculative_sampling(
         raise ValueError("tree_speculative_sampling needs draft_probs [bs, n, vocab] (row i: "
                          "the distribution the children of node i were drawn from); without "
                          "it use tree_speculative_sampling_target_only")
-    if not isinstance(method, str) or method not in ("rsd", "mss"):
-        raise ValueError(f"method must be 'rsd' or 'mss', got {method!r}")
+    if not isinstance(method, str) or method not in _contract.TREE_METHODS:
+        raise ValueError(f"method must be one of {', '.join(_contract.TREE_METHODS)}, got "
+                         f"{method!r}")
     _check_thresholds(threshold_single, threshold_acc)
     return _run(predicts, accept_index, accept_token_num, candidates, retrive_index,
                 retrive_next_token, retrive_next_sibling, uniform_samples,
