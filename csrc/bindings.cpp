@@ -33,6 +33,7 @@
 
 namespace py = pybind11;
 void bind_coin_walk(py::module_& m);
+void bind_shard_passes(py::module_& m);  // csrc/distributed/shard_binding.cpp
 using specops::FloatCol;
 using specops::IntCol;
 using specops::Mat;
@@ -574,6 +575,7 @@ PYBIND11_MODULE(_C, m) {
       "float64 (q None: 0), and their total.");
 
   bind_coin_walk(m);  // csrc/verify/coins_binding.cpp
+  bind_shard_passes(m);
   m.def("isa", &specops::isa,
         "The active ISA level: 'scalar', 'sse2', 'avx2' or 'avx512'.  Raises ValueError when "
         "SPECOPS_CPU_ISA asks for a level that is unknown or cannot run here.");

@@ -15,6 +15,7 @@ import torch
 
 from specops import reference as _ref
 from specops._contract import malformed_params
+from specops.distributed import _native
 from specops.distributed._radix import key_float, pack_max, radix_select, signed_key, \
     unpack_max
 
@@ -136,8 +137,14 @@ def transform(comm, blocks: List[RowSource], inv_t, top_k, top_p, min_p,
         r0 += src.n
 
     # Round 1 (max): validity flags, max x, lowest-index argmax.
+    # On the CPU the logits rows go through the C++ passes (_native), which leave x = l inv_t
+    # in the buffer: x_of then reads it as it is.
+    native = _native.usable(dev)
     stats = torch.empty((R, 5), dtype=torch.int64, device=dev)
     for r0, r1, is_probs in spans:
+        if native and not is_probs:
+            stats[r0:r1] = _native.stats(p_out[r0:r1], inv_t[r0:r1], vocab_start)
+            continue
         stats[r0:r1] = _row_stats(p_out[r0:r1], is_probs, inv_t[r0:r1], greedy[r0:r1], gidx)
     stats = comm.all_reduce(stats, "max", "row max / argmax / validity")
     _, argmax = unpack_max(stats[:, 0])
@@ -148,7 +155,13 @@ def transform(comm, blocks: List[RowSource], inv_t, top_k, top_p, min_p,
     logit_spans = [(r0, r1) for r0, r1, is_probs in spans if not is_probs and sampled]
 
     def x_of(r0, r1):                # NaN only in invalid rows, whose results are unused
-        return p_out[r0:r1] * inv_t[r0:r1, None]
+        return p_out[r0:r1] if native else p_out[r0:r1] * inv_t[r0:r1, None]
+
+    def hist_of(weighted):           # the native radix rounds: one pass per row and round
+        def rows_hist(shift, prefix, out):
+            for r0, r1 in logit_spans:
+                _native.hist(p_out[r0:r1], weighted, shift, prefix[r0:r1], out[r0:r1])
+        return rows_hist if native else None
 
     # top-k (four sum-rounds): thr = the k-th largest x.
     k_on = hot & (top_k > 0) & (top_k < V)
@@ -157,7 +170,7 @@ def transform(comm, blocks: List[RowSource], inv_t, top_k, top_p, min_p,
         key, _ = radix_select(
             comm, R, lambda: ((r0, signed_key(x_of(r0, r1)), None)
                               for r0, r1 in logit_spans),
-            lambda c: c >= top_k[:, None], "top-k histogram", dev)
+            lambda c: c >= top_k[:, None], "top-k histogram", dev, hist_of(False))
         thr = torch.where(k_on, key_float(key), thr)
 
     # Masses (one sum-round): e over the logits in the output buffer, S and the min-p mass.
@@ -171,6 +184,10 @@ def transform(comm, blocks: List[RowSource], inv_t, top_k, top_p, min_p,
             continue
         if not sampled:
             p_out[r0:r1] = 0.0           # every row greedy: one-hot below where valid
+            continue
+        if native:
+            mass[r0:r1] = _native.masses(p_out[r0:r1], m[r0:r1], thr[r0:r1], hot[r0:r1],
+                                         min_p[r0:r1])
             continue
         x = x_of(r0, r1)
         keep = (x >= thr[r0:r1, None]) & hot[r0:r1, None]
@@ -193,16 +210,26 @@ def transform(comm, blocks: List[RowSource], inv_t, top_k, top_p, min_p,
             comm, R, lambda: ((r0, p_out[r0:r1].view(torch.int32),
                                (p_out[r0:r1] * E_SCALE).to(torch.int64))
                               for r0, r1 in logit_spans),
-            lambda c: c.double() >= goal[:, None], "top-p histogram", dev)
+            lambda c: c.double() >= goal[:, None], "top-p histogram", dev, hist_of(True))
         tau = torch.where(p_on, key_float(key), tau)
         S_keep = torch.where(p_on & ~(min_p > tau), S_tau, S_keep)
     cut = torch.maximum(tau, min_p)
     div = S_keep.clamp(min=1).double()
     for r0, r1 in logit_spans:
+        if native:
+            _native.materialize(p_out[r0:r1], hot[r0:r1], cut[r0:r1], div[r0:r1])
+            continue
         e = p_out[r0:r1]
         p = (e.double() * E_SCALE / div[r0:r1, None]).float()
         p_out[r0:r1] = torch.where((e >= cut[r0:r1, None]) & (p >= _FLT_MIN), p, 0.0)
     # Greedy rows (logits or probabilities): one-hot at the global argmax.
+    if native:                       # only the greedy rows are written
+        g_rows = (greedy & valid).nonzero().squeeze(1)
+        p_out[g_rows] = 0.0
+        local = argmax[g_rows] - vocab_start
+        own = (local >= 0) & (local < Vl)
+        p_out[g_rows[own], local[own]] = 1.0
+        return ShardRows(p_out, valid, argmax)
     for r0, r1, _ in spans:
         onehot = gidx[None, :] == argmax[r0:r1, None]
         p_out[r0:r1] = torch.where((greedy & valid)[r0:r1, None], onehot.float(), p_out[r0:r1])
