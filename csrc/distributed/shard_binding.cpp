@@ -30,16 +30,19 @@ specops::RowRefs refs(uint64_t p, uint64_t p_row, int64_t p_stride, uint64_t q, 
 void bind_shard_passes(py::module_& m) {
   m.def(
       "shard_stats",
-      [](uint64_t rows, int64_t n, int64_t V, int64_t stride, uint64_t inv_t,
-         int64_t vocab_start, uint64_t stats, int threads) {
+      [](uint64_t src, uint64_t src_row, int64_t src_stride, uint64_t rows, int64_t n,
+         int64_t V, int64_t stride, uint64_t inv_t, int64_t vocab_start, uint64_t stats,
+         int threads) {
         specops::check_isa_env();
         py::gil_scoped_release nogil;
-        specops::shard_stats(ptr<float>(rows), n, V, stride, ptr<const float>(inv_t),
+        specops::shard_stats(ptr<const float>(src), ptr<const int64_t>(src_row), src_stride,
+                             ptr<float>(rows), n, V, stride, ptr<const float>(inv_t),
                              vocab_start, ptr<int64_t>(stats), threads);
       },
-      py::kw_only(), py::arg("rows"), py::arg("n"), py::arg("V"), py::arg("stride"),
+      py::kw_only(), py::arg("src"), py::arg("src_row"), py::arg("src_stride"), py::arg("rows"), py::arg("n"), py::arg("V"), py::arg("stride"),
       py::arg("inv_t"), py::arg("vocab_start"), py::arg("stats"), py::arg("threads"),
-      "Round 1 of the sharded transform over n float32 logits rows (in place: x = l inv_t); "
+      "Round 1 of the sharded transform over n float32 logits rows (rows src_row of src, or "
+      "in place where src is 0): x = l inv_t into rows; "
       "stats [n, 5] int64 (see csrc/distributed/shard_passes.h)");
   m.def(
       "shard_masses",

@@ -89,20 +89,22 @@ uint64_t row_weight_sums(int kind, const float* p, const float* q, int64_t y, do
 
 }  // namespace
 
-void shard_stats(float* rows, int64_t n, int64_t V, int64_t stride, const float* inv_t,
+void shard_stats(const float* src, const int64_t* src_row, int64_t src_stride, float* rows,
+                 int64_t n, int64_t V, int64_t stride, const float* inv_t,
                  int64_t vocab_start, int64_t* stats, int threads) {
   const Passes& ps = passes();
   parallel_for(n, threads, [&](int64_t r) {
     float* x = rows + r * stride;
+    const float* lg = src ? src + src_row[r] * src_stride : x;
     const float it = inv_t[r];
-    const RowScan l = ps.scale_max(x, nullptr, V, 1.0f);  // the logits themselves
+    const RowScan l = ps.scale_max(lg, nullptr, V, 1.0f);  // the logits themselves
     int64_t am = 0;
-    if (!l.bad && !l.allneg) am = ps.first_eq(x, V, l.mx);
+    if (!l.bad && !l.allneg) am = ps.first_eq(lg, V, l.mx);
     // torch's argmax of a row with NaN is its first NaN; such a row is invalid on every
     // rank (the flag is max-reduced), so its argmax is never read: any index will do.
     if (am < 0) am = 0;
-    const float lmax = l.bad ? x[am] : l.mx;
-    const RowScan s = ps.scale_max(x, x, V, it);  // x = l * inv_t, in place
+    const float lmax = l.bad ? lg[am] : l.mx;
+    const RowScan s = ps.scale_max(lg, x, V, it);  // x = l * inv_t, into the row
     int64_t* o = stats + 5 * r;
     o[0] = pack_max(lmax, am + vocab_start);
     o[1] = pack_max(s.mx, 0);
@@ -133,26 +135,40 @@ void shard_masses(float* rows, int64_t n, int64_t V, int64_t stride, const float
 
 void shard_hist(const float* rows, int64_t n, int64_t V, int64_t stride, bool weighted,
                 int shift, const int64_t* prefix, int64_t* hist, int threads) {
+  const Passes& ps = passes();
   parallel_for(n, threads, [&](int64_t r) {
     const float* x = rows + r * stride;
     int64_t* h = hist + 256 * r;
     const int hs = shift + 8;
-    const uint64_t want = hs >= 32 ? 0 : uint64_t(prefix[r]) >> hs;
+    const uint32_t want = hs >= 32 ? 0u : uint32_t(uint64_t(prefix[r]) >> hs);
     if (weighted) {
-      // top-p: keys are e's own bits (e >= 0), weights E = trunc(e 2^40); an entry of no
-      // mass adds nothing to its bin, so it is skipped.
-      for (int64_t i = 0; i < V; ++i) {
-        const float e = x[i];
-        if (!(e >= 0x1p-40f)) continue;
-        const uint64_t u = uint64_t(float_to_bits(e) ^ 0x80000000u);
-        if (hs < 32 && (u >> hs) != want) continue;
-        h[(u >> shift) & 255] += f2i64(e * kEScaleF);
+      // top-p: keys are e's own bits (e >= 0), weights E = trunc(e 2^40).  An entry of no
+      // mass (e < 2^-40) adds nothing to its bin, so only the rest is gathered (vectorised):
+      // all of them in the first round, those inside the chosen bucket after it.
+      std::vector<float> cand(size_t(V) + kSimdSlack);
+      const int64_t c = hs >= 32 ? ps.gather_ge(x, V, 0x1p-40f, cand.data())
+                                 : ps.gather_key(x, V, false, hs, 0xFFFFFFFFu >> hs,
+                                                 want ^ (0x80000000u >> hs), cand.data());
+      for (int64_t i = 0; i < c; ++i) {
+        const float e = cand[i];
+        h[((float_to_bits(e) ^ 0x80000000u) >> shift) & 255] += emass(e);
       }
       return;
     }
-    // top-k: count the x by signed_key order; four partial histograms so that runs of
-    // equal digits do not serialise on one counter.
+    // top-k: count the x by signed_key order (-0.0 counted as +0.0).  The first round counts
+    // every entry (four partial histograms, so that runs of equal digits do not serialise on
+    // one counter); later rounds gather the entries of the chosen bucket with the level's
+    // order_key filter, which orders -0.0 below +0.0: the two buckets next to zero are
+    // counted by the scalar loop instead.
     std::vector<int64_t> part(4 * 256, 0);
+    const bool near_zero = hs < 32 && (want == (0x80000000u >> hs) || want == (0x7FFFFFFFu >> hs));
+    if (hs < 32 && !near_zero) {
+      std::vector<float> cand(size_t(V) + kSimdSlack);
+      const int64_t c = ps.gather_key(x, V, true, hs, 0xFFFFFFFFu >> hs, want, cand.data());
+      for (int64_t i = 0; i < c; ++i)
+        ++h[((uint32_t(signed_key(cand[i])) ^ 0x80000000u) >> shift) & 255];
+      return;
+    }
     int64_t i = 0;
     if (hs >= 32) {
       for (; i + 4 <= V; i += 4)
@@ -160,7 +176,7 @@ void shard_hist(const float* rows, int64_t n, int64_t V, int64_t stride, bool we
           ++part[256 * k + ((uint32_t(signed_key(x[i + k])) ^ 0x80000000u) >> 24)];
     }
     for (; i < V; ++i) {
-      const uint64_t u = uint64_t(uint32_t(signed_key(x[i])) ^ 0x80000000u);
+      const uint32_t u = uint32_t(signed_key(x[i])) ^ 0x80000000u;
       if (hs < 32 && (u >> hs) != want) continue;
       ++part[(u >> shift) & 255];
     }

@@ -7,10 +7,12 @@
 
 namespace specops {
 
-// Row statistics of logits rows (round 1 of the transform), in place: each row becomes
+// Row statistics of logits rows (round 1 of the transform): l is row src_row[r] of src
+// (src_stride floats apart), or the row itself where src is null; each row becomes
 // x = l * inv_t; stats [n, 5] int64 = packed (max l, its lowest global index), packed (max x,
 // 0), bad (NaN or +inf in l, or in x of a non-greedy row), l not all -inf, x not all -inf.
-void shard_stats(float* rows, int64_t n, int64_t V, int64_t stride, const float* inv_t,
+void shard_stats(const float* src, const int64_t* src_row, int64_t src_stride, float* rows,
+                 int64_t n, int64_t V, int64_t stride, const float* inv_t,
                  int64_t vocab_start, int64_t* stats, int threads);
 
 // The exp pass, in place over x: e = hot ? (x >= thr ? pexp(x - m) : 0) : 0; mass [n, 2] =

@@ -45,13 +45,31 @@ def _vec(t: torch.Tensor, dtype, n: int) -> torch.Tensor:
     return t
 
 
-def stats(rows: torch.Tensor, inv_t: torch.Tensor, vocab_start: int) -> torch.Tensor:
-    """``_transform._row_stats`` of logits rows (in place: the rows become x = l inv_t)."""
+def readable(t: torch.Tensor) -> bool:
+    """Whether the C++ passes read ``t`` [N, V] in place (float32 CPU rows, unit column
+    stride, at least one row)."""
+    return t.dtype == torch.float32 and t.device.type == "cpu" and t.dim() == 2 and \
+        t.shape[0] > 0 and (t.shape[1] < 2 or t.stride(1) == 1)
+
+
+def stats(rows: torch.Tensor, inv_t: torch.Tensor, vocab_start: int,
+          src: Optional[torch.Tensor] = None, src_rows=None) -> torch.Tensor:
+    """``_transform._row_stats`` of logits rows: the logits are ``rows`` themselves, or the
+    rows ``src_rows`` [n] of ``src`` (``readable``); ``rows`` becomes x = l inv_t."""
     rows = _rows(rows)
     n, V = rows.shape
     it = _vec(inv_t, torch.float32, n)
     out = torch.empty((n, 5), dtype=torch.int64)
-    _C.shard_stats(rows=rows.data_ptr(), n=n, V=V, stride=rows.stride(0), inv_t=it.data_ptr(),
+    sr = None
+    if src is not None:
+        src = _rows(src)
+        sr = _vec(src_rows, torch.int64, n)
+        if src.shape[1] != V or (n and (int(sr.min()) < 0 or int(sr.max()) >= src.shape[0])):
+            raise ValueError("native shard pass: source rows outside the source tensor")
+    _C.shard_stats(src=0 if src is None else src.data_ptr(),
+                   src_row=0 if sr is None else sr.data_ptr(),
+                   src_stride=0 if src is None else src.stride(0), rows=rows.data_ptr(), n=n,
+                   V=V, stride=rows.stride(0), inv_t=it.data_ptr(),
                    vocab_start=int(vocab_start), stats=out.data_ptr(), threads=_threads())
     return out
 

@@ -89,6 +89,15 @@ def _spans(blocks: List[RowSource], Vl: int, device):
         r0 += src.n
 
 
+def _block_of(blocks: List[RowSource], r: int) -> int:
+    """The index of the block holding row r."""
+    for i, src in enumerate(blocks):
+        if r < src.n:
+            return i
+        r -= src.n
+    raise IndexError(r)
+
+
 def _row_stats(rows, is_probs, inv_t, greedy, gidx):
     """[c, 5] int64 of round 1: packed (max, argmax), packed max x, bad, not all -inf (logits,
     x)."""
@@ -129,21 +138,32 @@ def transform(comm, blocks: List[RowSource], inv_t, top_k, top_p, min_p,
     spans = list(_spans(blocks, Vl, dev))
     p_out = torch.empty((R, Vl), dtype=torch.float32, device=dev)
     is_logits = torch.zeros(R, dtype=torch.bool, device=dev)
+    # On the CPU the logits rows go through the C++ passes (_native), which read float32
+    # logits where they are (no copy) and leave x = l inv_t in the buffer: x_of then reads
+    # it as it is.
+    native = _native.usable(dev)
+    direct = [native and not src.is_probs and _native.readable(src.tensor) for src in blocks]
     r0 = 0
-    for src in blocks:
-        for lo, hi, _ in _spans([src], Vl, dev):
+    for src, in_place in zip(blocks, direct):
+        for lo, hi, _ in ([] if in_place else _spans([src], Vl, dev)):
             p_out[r0 + lo:r0 + hi] = src.take(lo, hi)
         is_logits[r0:r0 + src.n] = not src.is_probs
         r0 += src.n
 
     # Round 1 (max): validity flags, max x, lowest-index argmax.
-    # On the CPU the logits rows go through the C++ passes (_native), which leave x = l inv_t
-    # in the buffer: x_of then reads it as it is.
-    native = _native.usable(dev)
     stats = torch.empty((R, 5), dtype=torch.int64, device=dev)
+    b0 = 0
+    for src, in_place in zip(blocks, direct):
+        if in_place:                 # one call for the block: the C++ runs it row by row
+            b1 = b0 + src.n
+            rows = torch.arange(src.n) if src.index is None else src.index
+            stats[b0:b1] = _native.stats(p_out[b0:b1], inv_t[b0:b1], vocab_start,
+                                         src.tensor, rows)
+        b0 += src.n
     for r0, r1, is_probs in spans:
         if native and not is_probs:
-            stats[r0:r1] = _native.stats(p_out[r0:r1], inv_t[r0:r1], vocab_start)
+            if not direct[_block_of(blocks, r0)]:
+                stats[r0:r1] = _native.stats(p_out[r0:r1], inv_t[r0:r1], vocab_start)
             continue
         stats[r0:r1] = _row_stats(p_out[r0:r1], is_probs, inv_t[r0:r1], greedy[r0:r1], gidx)
     stats = comm.all_reduce(stats, "max", "row max / argmax / validity")
