@@ -35,7 +35,19 @@ inline int64_t pack_max(float v, int64_t index) {
   return int64_t(signed_key(v)) * (int64_t(1) << 32) + (kM32 - index);
 }
 
-inline bool is_nan_or_inf(float v) { return v != v || v == kInf; }
+// Per-thread scratch rows, grown on demand and never shrunk (as core/workspace.h): a pass
+// allocates nothing after the first calls.
+inline float* scratch_f(int64_t V) {
+  static thread_local std::vector<float> v;
+  if (int64_t(v.size()) < V + kSimdSlack) v.resize(size_t(V + kSimdSlack));
+  return v.data();
+}
+inline uint64_t* scratch_bsum(int64_t V) {
+  static thread_local std::vector<uint64_t> v;
+  const int64_t n = (V + kDrawBlock - 1) / kDrawBlock + 1;
+  if (int64_t(v.size()) < n) v.resize(size_t(n));
+  return v.data();
+}
 
 // The draw weights of one entry (reference section 5 / 9, as _walk.weights computes them).
 inline int64_t w_of(float r) { return f2i64(r * kWScaleF); }
@@ -145,10 +157,10 @@ void shard_hist(const float* rows, int64_t n, int64_t V, int64_t stride, bool we
       // top-p: keys are e's own bits (e >= 0), weights E = trunc(e 2^40).  An entry of no
       // mass (e < 2^-40) adds nothing to its bin, so only the rest is gathered (vectorised):
       // all of them in the first round, those inside the chosen bucket after it.
-      std::vector<float> cand(size_t(V) + kSimdSlack);
-      const int64_t c = hs >= 32 ? ps.gather_ge(x, V, 0x1p-40f, cand.data())
+      float* cand = scratch_f(V);
+      const int64_t c = hs >= 32 ? ps.gather_ge(x, V, 0x1p-40f, cand)
                                  : ps.gather_key(x, V, false, hs, 0xFFFFFFFFu >> hs,
-                                                 want ^ (0x80000000u >> hs), cand.data());
+                                                 want ^ (0x80000000u >> hs), cand);
       for (int64_t i = 0; i < c; ++i) {
         const float e = cand[i];
         h[((float_to_bits(e) ^ 0x80000000u) >> shift) & 255] += emass(e);
@@ -163,8 +175,8 @@ void shard_hist(const float* rows, int64_t n, int64_t V, int64_t stride, bool we
     std::vector<int64_t> part(4 * 256, 0);
     const bool near_zero = hs < 32 && (want == (0x80000000u >> hs) || want == (0x7FFFFFFFu >> hs));
     if (hs < 32 && !near_zero) {
-      std::vector<float> cand(size_t(V) + kSimdSlack);
-      const int64_t c = ps.gather_key(x, V, true, hs, 0xFFFFFFFFu >> hs, want, cand.data());
+      float* cand = scratch_f(V);
+      const int64_t c = ps.gather_key(x, V, true, hs, 0xFFFFFFFFu >> hs, want, cand);
       for (int64_t i = 0; i < c; ++i)
         ++h[((uint32_t(signed_key(cand[i])) ^ 0x80000000u) >> shift) & 255];
       return;
@@ -195,36 +207,34 @@ void shard_materialize(float* rows, int64_t n, int64_t V, int64_t stride, const 
 void shard_row_sums(const RowRefs& a, int64_t n, int64_t V, bool want_p, int64_t* out,
                     int threads) {
   parallel_for(n, threads, [&](int64_t r) {
-    std::vector<float> scratch(size_t(V) + kSimdSlack);
-    std::vector<uint64_t> bsum((V + kDrawBlock - 1) / kDrawBlock + 1);
+    float* scratch = scratch_f(V);
+    uint64_t* bsum = scratch_bsum(V);
     const float* p = a.p + a.p_row[r] * a.p_stride;
     const float* q = a.q && a.q_row[r] >= 0 ? a.q + a.q_row[r] * a.q_stride : nullptr;
     const int kind = a.kind[r];
-    out[2 * r] = int64_t(row_weight_sums(kind, p, q, a.y[r], a.rho[r], V, scratch.data(),
-                                         bsum.data()));
-    out[2 * r + 1] = kind == kBonus ? out[2 * r]
-                     : want_p ? int64_t(row_weight_sums(kBonus, p, nullptr, -1, 1.0, V,
-                                                        scratch.data(), bsum.data()))
-                              : 0;
+    out[2 * r] = int64_t(row_weight_sums(kind, p, q, a.y[r], a.rho[r], V, scratch, bsum));
+    out[2 * r + 1] =
+        kind == kBonus ? out[2 * r]
+        : want_p ? int64_t(row_weight_sums(kBonus, p, nullptr, -1, 1.0, V, scratch, bsum))
+                 : 0;
   });
 }
 
 void shard_draw_search(const RowRefs& a, int64_t n, int64_t V, const int64_t* t,
                        int64_t* idx, int threads) {
   parallel_for(n, threads, [&](int64_t r) {
-    if (t[r] < 0) return;  // not this shard's draw (idx left as given)
-    std::vector<float> scratch(size_t(V) + kSimdSlack);
-    std::vector<uint64_t> bsum((V + kDrawBlock - 1) / kDrawBlock + 1);
+    if (t[r] < 0 || a.kind[r] == kMin) return;  // not this shard's draw: idx left as given
+    uint64_t* bsum = scratch_bsum(V);
     const float* p = a.p + a.p_row[r] * a.p_stride;
     const float* q = a.q && a.q_row[r] >= 0 ? a.q + a.q_row[r] * a.q_stride : nullptr;
     const int kind = a.kind[r];
-    row_weight_sums(kind, p, q, a.y[r], a.rho[r], V, scratch.data(), bsum.data());
+    row_weight_sums(kind, p, q, a.y[r], a.rho[r], V, scratch_f(V), bsum);
     // torch.searchsorted(cumsum, t, right=True): the number of prefix sums <= t
     uint64_t before = 0;
     const uint64_t target = uint64_t(t[r]);
     int64_t k = 0;
     for (; k * kDrawBlock < V && before + bsum[k] <= target; ++k) before += bsum[k];
-    int64_t i = k * kDrawBlock;
+    int64_t i = k * kDrawBlock < V ? k * kDrawBlock : V;  // V: t past the row's mass
     for (; i < V; ++i) {
       before += uint64_t(weight_at(kind, p, q, i, a.y[r], a.rho[r]));
       if (before > target) break;

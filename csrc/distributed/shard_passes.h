@@ -59,7 +59,8 @@ void shard_row_sums(const RowRefs& a, int64_t n, int64_t V, bool want_p, int64_t
                     int threads);
 
 // idx[r] = the number of prefix sums of the row's weights that are <= t[r] (searchsorted,
-// right side), for every r with t[r] >= 0 (others untouched).
+// right side; V where t[r] is past the row's mass), for every r with t[r] >= 0 and a kind
+// other than kMin (others untouched).
 void shard_draw_search(const RowRefs& a, int64_t n, int64_t V, const int64_t* t,
                        int64_t* idx, int threads);
 

@@ -8,6 +8,7 @@ The buffers are passed by address: every wrapper checks the dtype, device and la
 it hands over and keeps the tensors alive for the call."""
 from __future__ import annotations
 
+import threading
 from typing import NamedTuple, Optional
 
 import torch
@@ -24,6 +25,26 @@ _ENABLED = [True]                   # tests switch the torch path on for a compa
 def usable(device) -> bool:
     """Whether the native passes run for tensors on ``device``."""
     return _HAS and _ENABLED[0] and torch.device(device).type == "cpu"
+
+
+_BUFFERS = threading.local()
+
+
+def buffer(n: int, width: int) -> torch.Tensor:
+    """An [n, width] float32 CPU buffer for the transformed rows, reused between the calls
+    of a thread (grown on demand, never shrunk, as the C++ backend's workspace): a fresh
+    buffer of the rows' size costs its page faults (about 10 ms for 40 MB) on every call.
+    The buffer lives as long as the thread: ``release_buffers`` frees this thread's."""
+    need = n * width
+    held = getattr(_BUFFERS, "rows", None)
+    if held is None or held.numel() < need:
+        held = _BUFFERS.rows = torch.empty(need, dtype=torch.float32)
+    return held[:need].view(n, width)
+
+
+def release_buffers() -> None:
+    """Frees the calling thread's reused buffer."""
+    _BUFFERS.rows = None
 
 
 def _threads() -> int:

@@ -136,12 +136,13 @@ def transform(comm, blocks: List[RowSource], inv_t, top_k, top_p, min_p,
     gidx = torch.arange(Vl, device=dev, dtype=torch.int64) + vocab_start
     greedy = inv_t == 0
     spans = list(_spans(blocks, Vl, dev))
-    p_out = torch.empty((R, Vl), dtype=torch.float32, device=dev)
-    is_logits = torch.zeros(R, dtype=torch.bool, device=dev)
     # On the CPU the logits rows go through the C++ passes (_native), which read float32
     # logits where they are (no copy) and leave x = l inv_t in the buffer: x_of then reads
-    # it as it is.
+    # it as it is.  The buffer is the thread's reused one there (_native.buffer).
     native = _native.usable(dev)
+    p_out = _native.buffer(R, Vl) if native else \
+        torch.empty((R, Vl), dtype=torch.float32, device=dev)
+    is_logits = torch.zeros(R, dtype=torch.bool, device=dev)
     direct = [native and not src.is_probs and _native.readable(src.tensor) for src in blocks]
     r0 = 0
     for src, in_place in zip(blocks, direct):
