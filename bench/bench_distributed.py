@@ -123,11 +123,27 @@ def _rank_main(rank, out_file, reps):
         def floor():
             return kw["target_logits"].sum() + kw["draft_probs"].sum()
 
-        a, b = sharded(), specops.verify_block(**whole, backend="cpu")
+        with sd.record_exchange() as log:
+            a = sharded()
+        b = specops.verify_block(**whole, backend="cpu")
         same = all(torch.equal(x, y) for x, y in zip(a, b))
-        times = {"sharded": [], "gathered": [], "floor": []}
+        payloads = [(e.kind, torch.zeros(e.shape, dtype=e.dtype)) for e in log]
+
+        def collectives():
+            """The call's recorded collectives alone, same kinds and payloads."""
+            for kind, t in payloads:
+                if kind == "all_gather":
+                    dist.all_gather([torch.empty_like(t) for _ in range(2)], t)
+                elif kind == "broadcast":
+                    dist.broadcast(t, src=0)
+                else:
+                    dist.all_reduce(t, op=dist.ReduceOp.MAX if kind.endswith("max")
+                                    else dist.ReduceOp.SUM)
+
+        times = {"sharded": [], "gathered": [], "floor": [], "collectives": []}
         for _ in range(reps + 1):
-            for name, fn in (("sharded", sharded), ("gathered", gathered), ("floor", floor)):
+            for name, fn in (("sharded", sharded), ("gathered", gathered), ("floor", floor),
+                             ("collectives", collectives)):
                 dist.barrier()
                 t0 = time.perf_counter()
                 fn()
@@ -153,16 +169,20 @@ def timing_table(emit, reps):
          "`sharded`: `specops.distributed.verify_block` on each rank's shard; `gather + "
          "verify`: all-gather both shards over gloo, then `specops.verify_block` (C++) on "
          "the whole rows; `floor`: each rank summing its own shard (the memory floor of "
-         "reading it once).  Medians of rank 0 over alternating repetitions; `same tokens`: "
+         "reading it once); `coll.`: the sharded call's recorded collectives alone (same "
+         "kinds and payloads, zeros), its latency hops over gloo; `aim` = sharded / (3 floor "
+         "+ coll.), <= 1 meets issue 32's aim.  Medians of rank 0 over alternating repetitions; `same tokens`: "
          "the sharded call equals the single-device call.")
     emit()
-    emit("| setting | sharded ms | gather + verify ms | floor ms | sharded x floor | "
-         "sharded / gather | same tokens | accepted |")
-    emit("|---|---|---|---|---|---|---|---|")
+    emit("| setting | sharded ms | gather + verify ms | floor ms | coll. ms | sharded x floor "
+         "| aim | gather / sharded | same tokens | accepted |")
+    emit("|---|---|---|---|---|---|---|---|---|---|")
     for sname, med, same, acc in rows:
+        aim = med['sharded'] / (3 * med['floor'] + med['collectives'])
         emit(f"| {sname} | {med['sharded'] * 1e3:.1f} | {med['gathered'] * 1e3:.1f} | "
-             f"{med['floor'] * 1e3:.2f} | {med['sharded'] / med['floor']:.1f} | "
-             f"{med['sharded'] / med['gathered']:.2f} | {same} | {acc:.2f} |")
+             f"{med['floor'] * 1e3:.2f} | {med['collectives'] * 1e3:.2f} | "
+             f"{med['sharded'] / med['floor']:.1f} | {aim:.2f} | "
+             f"{med['gathered'] / med['sharded']:.1f} | {same} | {acc:.2f} |")
     emit()
 
 
