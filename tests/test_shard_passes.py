@@ -42,6 +42,7 @@ def test_stats_equal_torch(isa):
     missed NaN / +inf / all -inf flag, a greedy row flagged bad by its x, or rows read from
     the wrong source row."""
     x, rng = _rows(seed_of("stats", isa))
+    x[8] = -float("inf")                     # invalid without a bad flag
     inv_t = _inv_t(x.shape[0], rng)
     greedy = inv_t == 0
     start = 777
@@ -53,13 +54,21 @@ def test_stats_equal_torch(isa):
         got = _native.stats(rows, inv_t, start, src, None if src is None else order)
         bad = want[:, 2] == 1
         assert torch.equal(got[:, 2], want[:, 2])
-        # a greedy row's x max and x flag are never read (m is unused, the flag ignored):
-        # torch's x = -inf * 0 is NaN there, the level's scan need not say so
-        used = ~bad[:, None] & ~(greedy[:, None] & torch.tensor([0, 1, 0, 0, 1]).bool())
-        assert torch.equal(got[used], want[used])
-        assert bad.any() and (~bad).sum() > 8          # both kinds present
+        # What the transform reads: a greedy row's l max / argmax and flags (its x is never
+        # read: m unused, x's flag ignored, x not stored); a sampled row's x max, and each
+        # row's validity (a sampled row's argmax is never read: only greedy rows' are).
+        g = greedy & ~bad
+        assert torch.equal(got[g][:, [0, 3]], want[g][:, [0, 3]])
+        s = ~greedy & ~bad
+        assert torch.equal(got[s][:, 1], want[s][:, 1])
+        valid_got = (got[:, 2] == 0) & (got[:, 3] == 1) & (greedy | (got[:, 4] == 1))
+        valid_want = (want[:, 2] == 0) & (want[:, 3] == 1) & (greedy | (want[:, 4] == 1))
+        assert torch.equal(valid_got, valid_want)
+        assert bad.any() and s.sum() > 8 and g.any()       # every kind of row present
+        assert (~valid_want & ~bad).any()                  # an all -inf row
         xt = x * inv_t[:, None]
-        assert torch.equal(rows.view(torch.int32)[~xt.isnan()], xt.view(torch.int32)[~xt.isnan()])
+        keep = ~xt.isnan() & ~greedy[:, None]
+        assert torch.equal(rows.view(torch.int32)[keep], xt.view(torch.int32)[keep])
 
 
 def _hot_rows(seed, n=16):

@@ -109,20 +109,33 @@ void shard_stats(const float* src, const int64_t* src_row, int64_t src_stride, f
     float* x = rows + r * stride;
     const float* lg = src ? src + src_row[r] * src_stride : x;
     const float it = inv_t[r];
-    const RowScan l = ps.scale_max(lg, nullptr, V, 1.0f);  // the logits themselves
+    int64_t* o = stats + 5 * r;
+    if (it != 0.0f) {
+      // A sampled row reads only x: one pass.  Its l flags are implied by x's (inv_t > 0 or
+      // NaN: NaN / +inf in l stay NaN / +inf in x; l all -inf makes x all -inf, and either
+      // x flag makes the row invalid), and its argmax is never read (only greedy rows'
+      // are), so the l entries are x's and the argmax column 0.
+      const RowScan s = ps.scale_max(lg, x, V, it);  // x = l * inv_t, into the row
+      o[0] = pack_max(s.mx, vocab_start);
+      o[1] = pack_max(s.mx, 0);
+      o[2] = s.bad ? 1 : 0;
+      o[3] = o[4] = s.allneg ? 0 : 1;
+      return;
+    }
+    // A greedy row reads only l (its max, lowest-index argmax and flags): x = l * 0 is
+    // never read (the row is not hot, its p is the one-hot), so it is not stored.
+    const RowScan l = ps.scale_max(lg, nullptr, V, 1.0f);
     int64_t am = 0;
     if (!l.bad && !l.allneg) am = ps.first_eq(lg, V, l.mx);
     // torch's argmax of a row with NaN is its first NaN; such a row is invalid on every
     // rank (the flag is max-reduced), so its argmax is never read: any index will do.
     if (am < 0) am = 0;
     const float lmax = l.bad ? lg[am] : l.mx;
-    const RowScan s = ps.scale_max(lg, x, V, it);  // x = l * inv_t, into the row
-    int64_t* o = stats + 5 * r;
     o[0] = pack_max(lmax, am + vocab_start);
-    o[1] = pack_max(s.mx, 0);
-    o[2] = (l.bad || (s.bad && it != 0.0f)) ? 1 : 0;
+    o[1] = pack_max(0.0f, 0);  // m: not read for a greedy row
+    o[2] = l.bad ? 1 : 0;
     o[3] = l.allneg ? 0 : 1;
-    o[4] = s.allneg ? 0 : 1;
+    o[4] = 1;                  // x's flag: ignored for a greedy row
   });
 }
 

@@ -11,6 +11,9 @@ namespace specops {
 // (src_stride floats apart), or the row itself where src is null; each row becomes
 // x = l * inv_t; stats [n, 5] int64 = packed (max l, its lowest global index), packed (max x,
 // 0), bad (NaN or +inf in l, or in x of a non-greedy row), l not all -inf, x not all -inf.
+// Only what the transform reads is computed: a sampled row's l entries come from x (the same
+// validity; column 0 holds max x at index 0: its argmax is never read), a greedy row's x
+// entries are placeholders (m and x's flag are not read there) and its x is not stored.
 void shard_stats(const float* src, const int64_t* src_row, int64_t src_stride, float* rows,
                  int64_t n, int64_t V, int64_t stride, const float* inv_t,
                  int64_t vocab_start, int64_t* stats, int threads);

@@ -79,12 +79,14 @@ def pexp(d: torch.Tensor) -> torch.Tensor:
     return torch.where(ok, s * scale, 0.0)
 
 
-def _spans(blocks: List[RowSource], Vl: int, device):
-    """(r0, r1, is_probs): consecutive ranges of a few rows, never across two blocks."""
+def _spans(blocks: List[RowSource], Vl: int, device, whole_logits: bool = False):
+    """(r0, r1, is_probs): consecutive ranges of a few rows, never across two blocks
+    (``whole_logits``: a block of logits in one range, for the C++ passes, which run it a row
+    at a time: one call per block instead of one per few rows)."""
     step = chunk_rows(Vl, device)
     r0 = 0
     for src in blocks:
-        for lo in range(0, src.n, step):
+        for lo in range(0, src.n, max(src.n, 1) if whole_logits and not src.is_probs else step):
             yield r0 + lo, r0 + min(src.n, lo + step), src.is_probs
         r0 += src.n
 
@@ -135,11 +137,11 @@ def transform(comm, blocks: List[RowSource], inv_t, top_k, top_p, min_p,
     Vl = blocks[0].tensor.shape[-1]
     gidx = torch.arange(Vl, device=dev, dtype=torch.int64) + vocab_start
     greedy = inv_t == 0
-    spans = list(_spans(blocks, Vl, dev))
+    native = _native.usable(dev)
+    spans = list(_spans(blocks, Vl, dev, native))
     # On the CPU the logits rows go through the C++ passes (_native), which read float32
     # logits where they are (no copy) and leave x = l inv_t in the buffer: x_of then reads
     # it as it is.  The buffer is the thread's reused one there (_native.buffer).
-    native = _native.usable(dev)
     p_out = _native.buffer(R, Vl) if native else \
         torch.empty((R, Vl), dtype=torch.float32, device=dev)
     is_logits = torch.zeros(R, dtype=torch.bool, device=dev)
