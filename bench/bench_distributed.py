@@ -171,7 +171,8 @@ def timing_table(emit, reps):
          "the whole rows; `floor`: each rank summing its own shard (the memory floor of "
          "reading it once); `coll.`: the sharded call's recorded collectives alone (same "
          "kinds and payloads, zeros), its latency hops over gloo; `aim` = sharded / (3 floor "
-         "+ coll.), <= 1 meets issue 32's aim.  Medians of rank 0 over alternating repetitions; `same tokens`: "
+         "+ coll.), <= 1 meets issue 32's aim.  Medians of rank 0 over alternating "
+         "repetitions; `same tokens`: "
          "the sharded call equals the single-device call.")
     emit()
     emit("| setting | sharded ms | gather + verify ms | floor ms | coll. ms | sharded x floor "

@@ -254,12 +254,14 @@ SETTINGS = [dict(temperature=0.0), dict(temperature=0.8),
 
 @pytest.mark.parametrize("setting", range(len(SETTINGS)))
 @pytest.mark.parametrize("draft", ["probs", "none", "logits"])
-def test_sharded_call_native_equals_torch(isa, setting, draft):
+def test_sharded_call_native_equals_torch(isa, setting, draft, monkeypatch):
     """The whole sharded call in a world of one, C++ passes vs torch passes (token-wise and
-    block with rates): catches a native pass wired to the wrong rows (the draft-logits block,
-    the point mass's column, the bonus / residual / block kind of the draw) or a buffer
-    reused across calls that leaks a previous call's rows."""
+    block with rates), with chunks of two rows (as rows of a large V are): catches a native
+    pass wired to the wrong rows (rows of a block past its first chunk, the draft-logits
+    block, the point mass's column, the bonus / residual / block kind of the draw) or a
+    buffer reused across calls that leaks a previous call's rows."""
     B, K, Vs = 4, 3, 700
+    monkeypatch.setattr(_transform, "CHUNK_ELEMENTS", 2 * Vs)
     g = torch.Generator().manual_seed(seed_of("call", isa, setting, draft))
     target = torch.randn(B, K + 1, Vs, generator=g) * 2
     dl = target[:, :K] + torch.randn(B, K, Vs, generator=g)

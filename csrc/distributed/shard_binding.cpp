@@ -39,7 +39,8 @@ void bind_shard_passes(py::module_& m) {
                              ptr<float>(rows), n, V, stride, ptr<const float>(inv_t),
                              vocab_start, ptr<int64_t>(stats), threads);
       },
-      py::kw_only(), py::arg("src"), py::arg("src_row"), py::arg("src_stride"), py::arg("rows"), py::arg("n"), py::arg("V"), py::arg("stride"),
+      py::kw_only(), py::arg("src"), py::arg("src_row"), py::arg("src_stride"),
+      py::arg("rows"), py::arg("n"), py::arg("V"), py::arg("stride"),
       py::arg("inv_t"), py::arg("vocab_start"), py::arg("stats"), py::arg("threads"),
       "Round 1 of the sharded transform over n float32 logits rows (rows src_row of src, or "
       "in place where src is 0): x = l inv_t into rows; "

@@ -91,7 +91,8 @@ uint64_t row_weight_sums(int kind, const float* p, const float* q, int64_t y, do
     return ps.min_mass(p, q, scratch, V);
   }
   if (!q && kind != kBonus && y >= 0 && y < V) {  // the lanes took q = 0 at y
-    const uint64_t took = kind == kResidual ? uint64_t(w_of(p[y])) : uint64_t(block_w(p[y], 0.0, rho));
+    const uint64_t took =
+        kind == kResidual ? uint64_t(w_of(p[y])) : uint64_t(block_w(p[y], 0.0, rho));
     const uint64_t want = uint64_t(weight_at(kind, p, q, y, y, rho));
     bsum[y / kDrawBlock] = bsum[y / kDrawBlock] - took + want;
     total = total - took + want;

@@ -4,8 +4,10 @@ vocabulary shard, with the row statistics reduced across ranks (section 12).
 Plain torch operations on the shard's device, each one correctly rounded on its own (eager
 torch never fuses a multiply into an add), so ``pexp`` and the masses equal the reference's
 bit for bit.  Rows arrive as blocks (the target's rows, the draft-logits rows) whose
-statistics share each collective.  On the CPU the element-wise work runs a few rows at a
-time, so that each chain of operations stays in cache (about 6x faster than whole tensors).
+statistics share each collective.  The element-wise torch work runs a few rows at a time, so
+that each chain of operations stays in cache (about 6x faster than whole tensors on a CPU).
+On the CPU the logits rows take the C++ passes instead (``_native``: the same numbers, one
+native pass per row and step; tests/test_shard_passes.py holds them equal).
 """
 from __future__ import annotations
 
@@ -83,10 +85,10 @@ def _spans(blocks: List[RowSource], Vl: int, device, whole_logits: bool = False)
     """(r0, r1, is_probs): consecutive ranges of a few rows, never across two blocks
     (``whole_logits``: a block of logits in one range, for the C++ passes, which run it a row
     at a time: one call per block instead of one per few rows)."""
-    step = chunk_rows(Vl, device)
     r0 = 0
     for src in blocks:
-        for lo in range(0, src.n, max(src.n, 1) if whole_logits and not src.is_probs else step):
+        step = max(src.n, 1) if whole_logits and not src.is_probs else chunk_rows(Vl, device)
+        for lo in range(0, src.n, step):
             yield r0 + lo, r0 + min(src.n, lo + step), src.is_probs
         r0 += src.n
 
@@ -131,7 +133,9 @@ def transform(comm, blocks: List[RowSource], inv_t, top_k, top_p, min_p,
     ``ShardRows``.  ``has_topk`` / ``has_topp``: whether any row may filter (False leaves
     the radix rounds out); ``sampled``: whether any row may be non-greedy (False leaves the
     exp pass out).  The rows are copied (as float32, exact) into the output buffer a few at
-    a time and transformed there: the output is the only buffer of the rows' size."""
+    a time and transformed there: the output is the only buffer of the rows' size (on the
+    CPU the C++ passes read float32 logits in place and write x into the buffer, which is
+    reused between calls: ``_native.buffer``)."""
     dev = inv_t.device
     R = inv_t.shape[0]
     Vl = blocks[0].tensor.shape[-1]

@@ -3,7 +3,8 @@ over requests: every rank runs it on the same exchanged numbers (section 12).
 
 Memory: the transformed rows (``_transform``, one float32 buffer of the rows' size) are the
 only buffer of size B (K+1) V_local; every per-token sum of the walk (the beta sums, block
-verification's residual masses, the draw's weights) runs a few requests at a time."""
+verification's residual masses, the draw's weights) runs a few requests at a time (on the
+CPU one request at a time in the C++ passes, ``_native.row_sums`` / ``draw_search``)."""
 from __future__ import annotations
 
 from typing import Optional
