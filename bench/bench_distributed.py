@@ -158,12 +158,19 @@ def _rank_main(rank, out_file, reps):
 
 def timing_table(emit, reps):
     import torch.multiprocessing as mp
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rows.pt")
         mp.start_processes(_rank_main, args=(out, reps), nprocs=2, join=True,
                            start_method="spawn")
         rows = torch.load(out, weights_only=False)
+    load_after = os.getloadavg()
     emit("## Time on 2 CPU processes (gloo, one thread each)")
+    emit()
+    emit("Load average (1, 5, 15 min) before the timed run: "
+         f"{', '.join(f'{v:.2f}' for v in load_before)}; after: "
+         f"{', '.join(f'{v:.2f}' for v in load_after)} (the machine is shared: above ~2 on 2 "
+         "cores the ranks wait for CPU time, which inflates every column).")
     emit()
     emit(f"B={B}, K={K}, V={V} split 64128 + 64128, fp32 target logits and draft probs.  "
          "`sharded`: `specops.distributed.verify_block` on each rank's shard; `gather + "
