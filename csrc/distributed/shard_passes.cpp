@@ -168,13 +168,24 @@ void shard_hist(const float* rows, int64_t n, int64_t V, int64_t stride, bool we
     const int hs = shift + 8;
     const uint32_t want = hs >= 32 ? 0u : uint32_t(uint64_t(prefix[r]) >> hs);
     if (weighted) {
-      // top-p: keys are e's own bits (e >= 0), weights E = trunc(e 2^40).  An entry of no
-      // mass (e < 2^-40) adds nothing to its bin, so only the rest is gathered (vectorised):
-      // all of them in the first round, those inside the chosen bucket after it.
+      // top-p: keys are e's own bits (e >= 0), weights E = trunc(e 2^40) (an entry of no
+      // mass adds 0 to its bin).  The first round bins every entry; later rounds gather the
+      // entries inside the chosen bucket (vectorised) and bin those.
+      if (hs >= 32) {  // every entry: four partial histograms (equal digits in a row)
+        int64_t part[4][256] = {};
+        int64_t i = 0;
+        for (; i + 4 <= V; i += 4)
+          for (int k = 0; k < 4; ++k) {
+            const float e = x[i + k];
+            part[k][(float_to_bits(e) ^ 0x80000000u) >> 24] += emass(e);
+          }
+        for (; i < V; ++i) part[0][(float_to_bits(x[i]) ^ 0x80000000u) >> 24] += emass(x[i]);
+        for (int d = 0; d < 256; ++d) h[d] += part[0][d] + part[1][d] + part[2][d] + part[3][d];
+        return;
+      }
       float* cand = scratch_f(V);
-      const int64_t c = hs >= 32 ? ps.gather_ge(x, V, 0x1p-40f, cand)
-                                 : ps.gather_key(x, V, false, hs, 0xFFFFFFFFu >> hs,
-                                                 want ^ (0x80000000u >> hs), cand);
+      const int64_t c = ps.gather_key(x, V, false, hs, 0xFFFFFFFFu >> hs,
+                                      want ^ (0x80000000u >> hs), cand);
       for (int64_t i = 0; i < c; ++i) {
         const float e = cand[i];
         h[((float_to_bits(e) ^ 0x80000000u) >> shift) & 255] += emass(e);
