@@ -8,13 +8,14 @@ The buffers are passed by address: every wrapper checks the dtype, device and la
 it hands over and keeps the tensors alive for the call."""
 from __future__ import annotations
 
+import importlib
 import threading
 from typing import NamedTuple, Optional
 
 import torch
 
-try:
-    from specops import _C
+try:    # by name: ``from specops import _C`` would read as an import of the package itself
+    _C = importlib.import_module("specops._C")
     _HAS = hasattr(_C, "shard_stats")
 except ImportError:                 # the C++ extension is not built: the torch path only
     _C, _HAS = None, False
