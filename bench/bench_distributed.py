@@ -194,6 +194,44 @@ def timing_table(emit, reps):
     emit()
 
 
+def local_table(emit, reps):
+    """One rank's local work without a peer: a world of one on a shard of V/2 columns (the
+    ids folded into it), the C++ shard passes beside the torch ones they replace on the CPU
+    (specops.distributed._native), and the floor of reading that shard once."""
+    from specops.distributed import _native
+    torch.set_num_threads(1)
+    half = V // 2
+    emit("## One rank's local work (world of one, one thread)")
+    emit()
+    emit(f"The same shard size ({half} columns) in a world of one (no peer to wait for: the "
+         "collectives are identities), ids folded into the shard.  `C++`: the shard passes "
+         "of csrc/distributed (the CPU default); `torch`: the eager torch passes (the GPU "
+         "path, forced here).  Best of the repetitions.")
+    emit()
+    emit("| setting | C++ ms | torch ms | floor ms | C++ x floor | torch / C++ |")
+    emit("|---|---|---|---|---|---|")
+    for sname, setting in SETTINGS.items():
+        target, draft_logits, q, ids = inputs(setting)
+        kw = shard_args(target, draft_logits, q, ids % half, "probs", 0, half)
+        best = {}
+        for name, on in (("C++", True), ("torch", False), ("floor", None)):
+            _native._ENABLED[0] = bool(on)
+            ts = []
+            for _ in range(reps + 1):
+                t0 = time.perf_counter()
+                if on is None:
+                    kw["target_logits"].sum() + kw["draft_probs"].sum()
+                else:
+                    sd.verify_block(**kw, vocab_start=0, vocab_size=half, **setting)
+                ts.append(time.perf_counter() - t0)
+            best[name] = min(ts[1:])
+        _native._ENABLED[0] = True
+        emit(f"| {sname} | {best['C++'] * 1e3:.1f} | {best['torch'] * 1e3:.1f} | "
+             f"{best['floor'] * 1e3:.2f} | {best['C++'] / best['floor']:.1f} | "
+             f"{best['torch'] / best['C++']:.1f} |")
+    emit()
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench.bench_distributed", description=__doc__)
     ap.add_argument("--reps", type=int, default=5)
@@ -204,6 +242,7 @@ def main(argv=None):
                  "python -m bench.bench_distributed", argv)
     exchange_table(rep.emit)
     timing_table(rep.emit, args.reps)
+    local_table(rep.emit, args.reps)
     rep.save(args.out)
 
 
