@@ -286,3 +286,30 @@ def test_sharded_call_native_equals_torch(isa, setting, draft, monkeypatch):
         for a, b in zip(out[True], out[False]):
             assert torch.equal(a.view(torch.int32) if a.is_floating_point() else a,
                                b.view(torch.int32) if b.is_floating_point() else b)
+
+
+def test_threads_give_the_same_tokens(isa):
+    """The C++ passes run their rows on specops' thread pool (torch.get_num_threads()
+    threads, per-thread scratch): three threads give the one-thread call's outputs, every
+    filter and the block draw on (catches scratch shared between threads, or rows of one
+    block split wrongly between workers)."""
+    B, K, Vs = 6, 3, 3000
+    g = torch.Generator().manual_seed(seed_of("threads", isa))
+    target = torch.randn(B, K + 1, Vs, generator=g) * 2
+    q = torch.softmax(target[:, :K] + torch.randn(B, K, Vs, generator=g), -1)
+    ids = torch.multinomial(q.view(-1, Vs), 1, generator=g).view(B, K)
+    kw = dict(target_logits=target, draft_token_ids=ids, draft_probs=q, seed=torch.arange(B),
+              offset=0, vocab_start=0, temperature=[0.8, 1.0, 0.0, 0.7, 0.9, 1.2],
+              top_k=[0, 40, 0, 0, 9, 0], top_p=[0.9, 1.0, 1.0, 0.8, 1.0, 0.95],
+              method="block", return_accept_rates=True)
+    before = torch.get_num_threads()
+    out = {}
+    try:
+        for n in (1, 3):
+            torch.set_num_threads(n)
+            out[n] = sd.verify_block(**kw)
+    finally:
+        torch.set_num_threads(before)
+    for a, b in zip(out[1], out[3]):
+        assert torch.equal(a.view(torch.int32) if a.is_floating_point() else a,
+                           b.view(torch.int32) if b.is_floating_point() else b)
