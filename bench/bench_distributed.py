@@ -123,11 +123,27 @@ def _rank_main(rank, out_file, reps):
         def floor():
             return kw["target_logits"].sum() + kw["draft_probs"].sum()
 
-        a, b = sharded(), specops.verify_block(**whole, backend="cpu")
+        with sd.record_exchange() as log:
+            a = sharded()
+        b = specops.verify_block(**whole, backend="cpu")
         same = all(torch.equal(x, y) for x, y in zip(a, b))
-        times = {"sharded": [], "gathered": [], "floor": []}
+        payloads = [(e.kind, torch.zeros(e.shape, dtype=e.dtype)) for e in log]
+
+        def collectives():
+            """The call's recorded collectives alone, same kinds and payloads."""
+            for kind, t in payloads:
+                if kind == "all_gather":
+                    dist.all_gather([torch.empty_like(t) for _ in range(2)], t)
+                elif kind == "broadcast":
+                    dist.broadcast(t, src=0)
+                else:
+                    dist.all_reduce(t, op=dist.ReduceOp.MAX if kind.endswith("max")
+                                    else dist.ReduceOp.SUM)
+
+        times = {"sharded": [], "gathered": [], "floor": [], "collectives": []}
         for _ in range(reps + 1):
-            for name, fn in (("sharded", sharded), ("gathered", gathered), ("floor", floor)):
+            for name, fn in (("sharded", sharded), ("gathered", gathered), ("floor", floor),
+                             ("collectives", collectives)):
                 dist.barrier()
                 t0 = time.perf_counter()
                 fn()
@@ -142,27 +158,77 @@ def _rank_main(rank, out_file, reps):
 
 def timing_table(emit, reps):
     import torch.multiprocessing as mp
+    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rows.pt")
         mp.start_processes(_rank_main, args=(out, reps), nprocs=2, join=True,
                            start_method="spawn")
         rows = torch.load(out, weights_only=False)
+    load_after = os.getloadavg()
     emit("## Time on 2 CPU processes (gloo, one thread each)")
+    emit()
+    emit("Load average (1, 5, 15 min) before the timed run: "
+         f"{', '.join(f'{v:.2f}' for v in load_before)}; after: "
+         f"{', '.join(f'{v:.2f}' for v in load_after)} (the machine is shared: above ~2 on 2 "
+         "cores the ranks wait for CPU time, which inflates every column).")
     emit()
     emit(f"B={B}, K={K}, V={V} split 64128 + 64128, fp32 target logits and draft probs.  "
          "`sharded`: `specops.distributed.verify_block` on each rank's shard; `gather + "
          "verify`: all-gather both shards over gloo, then `specops.verify_block` (C++) on "
          "the whole rows; `floor`: each rank summing its own shard (the memory floor of "
-         "reading it once).  Medians of rank 0 over alternating repetitions; `same tokens`: "
+         "reading it once); `coll.`: the sharded call's recorded collectives alone (same "
+         "kinds and payloads, zeros), its latency hops over gloo; `aim` = sharded / (3 floor "
+         "+ coll.), <= 1 meets issue 32's aim.  Medians of rank 0 over alternating "
+         "repetitions; `same tokens`: "
          "the sharded call equals the single-device call.")
     emit()
-    emit("| setting | sharded ms | gather + verify ms | floor ms | sharded x floor | "
-         "sharded / gather | same tokens | accepted |")
-    emit("|---|---|---|---|---|---|---|---|")
+    emit("| setting | sharded ms | gather + verify ms | floor ms | coll. ms | sharded x floor "
+         "| aim | gather / sharded | same tokens | accepted |")
+    emit("|---|---|---|---|---|---|---|---|---|---|")
     for sname, med, same, acc in rows:
+        aim = med['sharded'] / (3 * med['floor'] + med['collectives'])
         emit(f"| {sname} | {med['sharded'] * 1e3:.1f} | {med['gathered'] * 1e3:.1f} | "
-             f"{med['floor'] * 1e3:.2f} | {med['sharded'] / med['floor']:.1f} | "
-             f"{med['sharded'] / med['gathered']:.2f} | {same} | {acc:.2f} |")
+             f"{med['floor'] * 1e3:.2f} | {med['collectives'] * 1e3:.2f} | "
+             f"{med['sharded'] / med['floor']:.1f} | {aim:.2f} | "
+             f"{med['gathered'] / med['sharded']:.1f} | {same} | {acc:.2f} |")
+    emit()
+
+
+def local_table(emit, reps):
+    """One rank's local work without a peer: a world of one on a shard of V/2 columns (the
+    ids folded into it), the C++ shard passes beside the torch ones they replace on the CPU
+    (specops.distributed._native), and the floor of reading that shard once."""
+    from specops.distributed import _native
+    torch.set_num_threads(1)
+    half = V // 2
+    emit("## One rank's local work (world of one, one thread)")
+    emit()
+    emit(f"The same shard size ({half} columns) in a world of one (no peer to wait for: the "
+         "collectives are identities), ids folded into the shard.  `C++`: the shard passes "
+         "of csrc/distributed (the CPU default); `torch`: the eager torch passes (the GPU "
+         "path, forced here).  Best of the repetitions.")
+    emit()
+    emit("| setting | C++ ms | torch ms | floor ms | C++ x floor | torch / C++ |")
+    emit("|---|---|---|---|---|---|")
+    for sname, setting in SETTINGS.items():
+        target, draft_logits, q, ids = inputs(setting)
+        kw = shard_args(target, draft_logits, q, ids % half, "probs", 0, half)
+        best = {}
+        for name, on in (("C++", True), ("torch", False), ("floor", None)):
+            _native._ENABLED[0] = bool(on)
+            ts = []
+            for _ in range(reps + 1):
+                t0 = time.perf_counter()
+                if on is None:
+                    kw["target_logits"].sum() + kw["draft_probs"].sum()
+                else:
+                    sd.verify_block(**kw, vocab_start=0, vocab_size=half, **setting)
+                ts.append(time.perf_counter() - t0)
+            best[name] = min(ts[1:])
+        _native._ENABLED[0] = True
+        emit(f"| {sname} | {best['C++'] * 1e3:.1f} | {best['torch'] * 1e3:.1f} | "
+             f"{best['floor'] * 1e3:.2f} | {best['C++'] / best['floor']:.1f} | "
+             f"{best['torch'] / best['C++']:.1f} |")
     emit()
 
 
@@ -176,6 +242,7 @@ def main(argv=None):
                  "python -m bench.bench_distributed", argv)
     exchange_table(rep.emit)
     timing_table(rep.emit, args.reps)
+    local_table(rep.emit, args.reps)
     rep.save(args.out)
 
 

@@ -34,6 +34,7 @@
 namespace py = pybind11;
 void bind_coin_walk(py::module_& m);
 void bind_probs_summary(py::module_& m);
+void bind_shard_passes(py::module_& m);  // csrc/distributed/shard_binding.cpp
 using specops::FloatCol;
 using specops::IntCol;
 using specops::Mat;
@@ -583,6 +584,7 @@ PYBIND11_MODULE(_C, m) {
 
   bind_coin_walk(m);       // csrc/verify/coins_binding.cpp
   bind_probs_summary(m);   // csrc/verify/probs_check_binding.cpp
+  bind_shard_passes(m);    // csrc/distributed/shard_binding.cpp
 
   m.def("isa", &specops::isa,
         "The active ISA level: 'scalar', 'sse2', 'avx2' or 'avx512'.  Raises ValueError when "

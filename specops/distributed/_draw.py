@@ -23,6 +23,24 @@ def draw(comm, weights: Weights, B: int, step: int, U: torch.Tensor, vocab_start
         W, Wp = weights(b0, min(B, b0 + step))
         sums[0, b0:b0 + W.shape[0]] = W.sum(1)
         sums[1, b0:b0 + W.shape[0]] = Wp.sum(1)
+
+    def search(use_w, t, owner):
+        idx = torch.zeros(B, dtype=torch.int64, device=dev)
+        for b0 in range(0, B, step):
+            W, Wp = weights(b0, min(B, b0 + step))
+            b1 = b0 + W.shape[0]
+            cum = torch.where(use_w[b0:b1, None], W, Wp).cumsum(1)
+            idx[b0:b1] = torch.searchsorted(cum, t[b0:b1].clamp(min=0)[:, None],
+                                            right=True).squeeze(1)
+        return idx
+    return finish(comm, sums, U, vocab_start, search)
+
+
+def finish(comm, sums: torch.Tensor, U: torch.Tensor, vocab_start: int, search):
+    """The draw from this shard's weight sums ``sums`` [2, B] (W, Wp): the exchange, the
+    owner of each threshold, and ``search(use_w, t, owner)`` -> [B] local indices (read
+    where owner) of the first token whose prefix sum exceeds t."""
+    dev, B = U.device, U.shape[0]
     mine = torch.cat([sums.reshape(-1),
                       torch.tensor([vocab_start], device=dev, dtype=torch.int64)])
     every = comm.all_gather(mine, "draw weight sums")                 # [world, 2B + 1]
@@ -34,12 +52,6 @@ def draw(comm, weights: Weights, B: int, step: int, U: torch.Tensor, vocab_start
     local = torch.where(use_w, sums[0], sums[1])
     t = mulhi64(U, total) - prefix
     owner = (total > 0) & (t >= 0) & (t < local)
-    idx = torch.zeros(B, dtype=torch.int64, device=dev)
-    for b0 in range(0, B, step):
-        W, Wp = weights(b0, min(B, b0 + step))
-        b1 = b0 + W.shape[0]
-        cum = torch.where(use_w[b0:b1, None], W, Wp).cumsum(1)
-        idx[b0:b1] = torch.searchsorted(cum, t[b0:b1].clamp(min=0)[:, None],
-                                        right=True).squeeze(1)
+    idx = search(use_w, t, owner)
     tok = torch.where(owner, idx + vocab_start, -1)
     return comm.all_reduce(tok, "max", "drawn token")

@@ -52,19 +52,23 @@ def _choose(hist, above, reached):
 Chunks = Callable[[], Iterator[Tuple[int, torch.Tensor, object]]]
 
 
-def radix_select(comm, R: int, chunks: Chunks, reached, what: str, device):
+def radix_select(comm, R: int, chunks: Chunks, reached, what: str, device, hist_of=None):
     """Per row, the largest key k such that ``reached(total weight of keys >= k)`` (a
     monotone test) holds, 8 bits per round with one [R, 256] sum-reduction each.
     ``chunks()`` yields ``(r0, keys, weights)`` for consecutive row ranges of a few rows:
     keys [c, n] int32 (``signed_key`` order), weights [c, n] int64 or None to count
     entries; it is called once per round, and each round counts the entries whose higher
     digits match those chosen so far (nothing of the rows' size is kept between rounds).
+    ``hist_of(shift, prefix, hist)``, where given, adds each round's histogram into ``hist``
+    instead (the C++ passes, specops.distributed._native; ``chunks`` is then not called).
     Returns (key [R] int64 in int32 range, weight of the keys >= key [R])."""
     above = torch.zeros(R, dtype=torch.int64, device=device)
     prefix = torch.zeros(R, dtype=torch.int64, device=device)   # unsigned key order
     for shift in (24, 16, 8, 0):
         hist = torch.zeros((R, 256), dtype=torch.int64, device=device)
-        for r0, keys, weights in chunks():
+        if hist_of is not None:
+            hist_of(shift, prefix, hist)
+        for r0, keys, weights in (() if hist_of is not None else chunks()):
             c = keys.shape[0]
             k = keys.to(torch.int64) + (1 << 31)
             if shift == 24:

@@ -4,8 +4,10 @@ vocabulary shard, with the row statistics reduced across ranks (section 12).
 Plain torch operations on the shard's device, each one correctly rounded on its own (eager
 torch never fuses a multiply into an add), so ``pexp`` and the masses equal the reference's
 bit for bit.  Rows arrive as blocks (the target's rows, the draft-logits rows) whose
-statistics share each collective.  On the CPU the element-wise work runs a few rows at a
-time, so that each chain of operations stays in cache (about 6x faster than whole tensors).
+statistics share each collective.  The element-wise torch work runs a few rows at a time, so
+that each chain of operations stays in cache (about 6x faster than whole tensors on a CPU).
+On the CPU the logits rows take the C++ passes instead (``_native``: the same numbers, one
+native pass per row and step; tests/test_shard_passes.py holds them equal).
 """
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import torch
 
 from specops import reference as _ref
 from specops._contract import malformed_params
+from specops.distributed import _native
 from specops.distributed._radix import key_float, pack_max, radix_select, signed_key, \
     unpack_max
 
@@ -78,14 +81,25 @@ def pexp(d: torch.Tensor) -> torch.Tensor:
     return torch.where(ok, s * scale, 0.0)
 
 
-def _spans(blocks: List[RowSource], Vl: int, device):
-    """(r0, r1, is_probs): consecutive ranges of a few rows, never across two blocks."""
-    step = chunk_rows(Vl, device)
+def _spans(blocks: List[RowSource], Vl: int, device, whole_logits: bool = False):
+    """(r0, r1, is_probs): consecutive ranges of a few rows, never across two blocks
+    (``whole_logits``: a block of logits in one range, for the C++ passes, which run it a row
+    at a time: one call per block instead of one per few rows)."""
     r0 = 0
     for src in blocks:
+        step = max(src.n, 1) if whole_logits and not src.is_probs else chunk_rows(Vl, device)
         for lo in range(0, src.n, step):
             yield r0 + lo, r0 + min(src.n, lo + step), src.is_probs
         r0 += src.n
+
+
+def _block_of(blocks: List[RowSource], r: int) -> int:
+    """The index of the block holding row r."""
+    for i, src in enumerate(blocks):
+        if r < src.n:
+            return i
+        r -= src.n
+    raise IndexError(r)
 
 
 def _row_stats(rows, is_probs, inv_t, greedy, gidx):
@@ -119,25 +133,45 @@ def transform(comm, blocks: List[RowSource], inv_t, top_k, top_p, min_p,
     ``ShardRows``.  ``has_topk`` / ``has_topp``: whether any row may filter (False leaves
     the radix rounds out); ``sampled``: whether any row may be non-greedy (False leaves the
     exp pass out).  The rows are copied (as float32, exact) into the output buffer a few at
-    a time and transformed there: the output is the only buffer of the rows' size."""
+    a time and transformed there: the output is the only buffer of the rows' size (on the
+    CPU the C++ passes read float32 logits in place and write x into the buffer, which is
+    reused between calls: ``_native.buffer``)."""
     dev = inv_t.device
     R = inv_t.shape[0]
     Vl = blocks[0].tensor.shape[-1]
     gidx = torch.arange(Vl, device=dev, dtype=torch.int64) + vocab_start
     greedy = inv_t == 0
-    spans = list(_spans(blocks, Vl, dev))
-    p_out = torch.empty((R, Vl), dtype=torch.float32, device=dev)
+    native = _native.usable(dev)
+    spans = list(_spans(blocks, Vl, dev, native))
+    # On the CPU the logits rows go through the C++ passes (_native), which read float32
+    # logits where they are (no copy) and leave x = l inv_t in the buffer: x_of then reads
+    # it as it is.  The buffer is the thread's reused one there (_native.buffer).
+    p_out = _native.buffer(R, Vl) if native else \
+        torch.empty((R, Vl), dtype=torch.float32, device=dev)
     is_logits = torch.zeros(R, dtype=torch.bool, device=dev)
+    direct = [native and not src.is_probs and _native.readable(src.tensor) for src in blocks]
     r0 = 0
-    for src in blocks:
-        for lo, hi, _ in _spans([src], Vl, dev):
+    for src, in_place in zip(blocks, direct):
+        for lo, hi, _ in ([] if in_place else _spans([src], Vl, dev)):
             p_out[r0 + lo:r0 + hi] = src.take(lo, hi)
         is_logits[r0:r0 + src.n] = not src.is_probs
         r0 += src.n
 
     # Round 1 (max): validity flags, max x, lowest-index argmax.
     stats = torch.empty((R, 5), dtype=torch.int64, device=dev)
+    b0 = 0
+    for src, in_place in zip(blocks, direct):
+        if in_place:                 # one call for the block: the C++ runs it row by row
+            b1 = b0 + src.n
+            rows = torch.arange(src.n) if src.index is None else src.index
+            stats[b0:b1] = _native.stats(p_out[b0:b1], inv_t[b0:b1], vocab_start,
+                                         src.tensor, rows)
+        b0 += src.n
     for r0, r1, is_probs in spans:
+        if native and not is_probs:
+            if not direct[_block_of(blocks, r0)]:
+                stats[r0:r1] = _native.stats(p_out[r0:r1], inv_t[r0:r1], vocab_start)
+            continue
         stats[r0:r1] = _row_stats(p_out[r0:r1], is_probs, inv_t[r0:r1], greedy[r0:r1], gidx)
     stats = comm.all_reduce(stats, "max", "row max / argmax / validity")
     _, argmax = unpack_max(stats[:, 0])
@@ -148,7 +182,13 @@ def transform(comm, blocks: List[RowSource], inv_t, top_k, top_p, min_p,
     logit_spans = [(r0, r1) for r0, r1, is_probs in spans if not is_probs and sampled]
 
     def x_of(r0, r1):                # NaN only in invalid rows, whose results are unused
-        return p_out[r0:r1] * inv_t[r0:r1, None]
+        return p_out[r0:r1] if native else p_out[r0:r1] * inv_t[r0:r1, None]
+
+    def hist_of(weighted):           # the native radix rounds: one pass per row and round
+        def rows_hist(shift, prefix, out):
+            for r0, r1 in logit_spans:
+                _native.hist(p_out[r0:r1], weighted, shift, prefix[r0:r1], out[r0:r1])
+        return rows_hist if native else None
 
     # top-k (four sum-rounds): thr = the k-th largest x.
     k_on = hot & (top_k > 0) & (top_k < V)
@@ -157,7 +197,7 @@ def transform(comm, blocks: List[RowSource], inv_t, top_k, top_p, min_p,
         key, _ = radix_select(
             comm, R, lambda: ((r0, signed_key(x_of(r0, r1)), None)
                               for r0, r1 in logit_spans),
-            lambda c: c >= top_k[:, None], "top-k histogram", dev)
+            lambda c: c >= top_k[:, None], "top-k histogram", dev, hist_of(False))
         thr = torch.where(k_on, key_float(key), thr)
 
     # Masses (one sum-round): e over the logits in the output buffer, S and the min-p mass.
@@ -171,6 +211,10 @@ def transform(comm, blocks: List[RowSource], inv_t, top_k, top_p, min_p,
             continue
         if not sampled:
             p_out[r0:r1] = 0.0           # every row greedy: one-hot below where valid
+            continue
+        if native:
+            mass[r0:r1] = _native.masses(p_out[r0:r1], m[r0:r1], thr[r0:r1], hot[r0:r1],
+                                         min_p[r0:r1])
             continue
         x = x_of(r0, r1)
         keep = (x >= thr[r0:r1, None]) & hot[r0:r1, None]
@@ -193,16 +237,26 @@ def transform(comm, blocks: List[RowSource], inv_t, top_k, top_p, min_p,
             comm, R, lambda: ((r0, p_out[r0:r1].view(torch.int32),
                                (p_out[r0:r1] * E_SCALE).to(torch.int64))
                               for r0, r1 in logit_spans),
-            lambda c: c.double() >= goal[:, None], "top-p histogram", dev)
+            lambda c: c.double() >= goal[:, None], "top-p histogram", dev, hist_of(True))
         tau = torch.where(p_on, key_float(key), tau)
         S_keep = torch.where(p_on & ~(min_p > tau), S_tau, S_keep)
     cut = torch.maximum(tau, min_p)
     div = S_keep.clamp(min=1).double()
     for r0, r1 in logit_spans:
+        if native:
+            _native.materialize(p_out[r0:r1], hot[r0:r1], cut[r0:r1], div[r0:r1])
+            continue
         e = p_out[r0:r1]
         p = (e.double() * E_SCALE / div[r0:r1, None]).float()
         p_out[r0:r1] = torch.where((e >= cut[r0:r1, None]) & (p >= _FLT_MIN), p, 0.0)
     # Greedy rows (logits or probabilities): one-hot at the global argmax.
+    if native:                       # only the greedy rows are written
+        g_rows = (greedy & valid).nonzero().squeeze(1)
+        p_out[g_rows] = 0.0
+        local = argmax[g_rows] - vocab_start
+        own = (local >= 0) & (local < Vl)
+        p_out[g_rows[own], local[own]] = 1.0
+        return ShardRows(p_out, valid, argmax)
     for r0, r1, _ in spans:
         onehot = gidx[None, :] == argmax[r0:r1, None]
         p_out[r0:r1] = torch.where((greedy & valid)[r0:r1, None], onehot.float(), p_out[r0:r1])

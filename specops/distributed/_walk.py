@@ -3,7 +3,8 @@ over requests: every rank runs it on the same exchanged numbers (section 12).
 
 Memory: the transformed rows (``_transform``, one float32 buffer of the rows' size) are the
 only buffer of size B (K+1) V_local; every per-token sum of the walk (the beta sums, block
-verification's residual masses, the draw's weights) runs a few requests at a time."""
+verification's residual masses, the draw's weights) runs a few requests at a time (on the
+CPU one request at a time in the C++ passes, ``_native.row_sums`` / ``draw_search``)."""
 from __future__ import annotations
 
 from typing import Optional
@@ -13,7 +14,7 @@ import torch
 from specops import reference as _ref
 from specops._args import Canonical
 from specops._contract import accepts, malformed_params, rate_of_sum, stream
-from specops.distributed import _draw
+from specops.distributed import _draw, _native
 from specops.distributed._transform import RowSource, chunk_rows, transform
 
 M32 = 0xFFFFFFFF
@@ -84,6 +85,24 @@ class _Rows:
         if self.src.shape[0] == 0:
             return self.src.new_zeros(col.shape)
         return self.src[self.index, col]
+
+
+def _flat(rows: Optional[_Rows], Vl: int):
+    """(base [N, V_local] float32, row index [B, n] into it) of ``rows`` for the C++
+    passes, or None where they cannot read it (another dtype or layout, no rows)."""
+    if rows is None:
+        return None
+    if rows.view is not None:
+        base, idx = rows.view.reshape(-1, Vl), None
+        n = rows.view.shape[1]
+    else:
+        base, idx = rows.src, rows.index
+    if base.dtype != torch.float32 or base.shape[0] == 0 or base.dim() != 2 or \
+            (Vl > 1 and base.stride(1) != 1):
+        return None
+    if idx is None:
+        idx = torch.arange(base.shape[0], device=base.device).view(-1, n)
+    return base, idx
 
 
 def _sums(B: int, n: int, Vl: int, device, fn) -> torch.Tensor:
@@ -165,7 +184,25 @@ def verify(comm, a: Canonical, vocab_start: int, V: int, method: str, want_rates
     parts = [torch.where(own, _bits(Pm.values(lc)), 0)]
     if Q is not None:
         parts.append(torch.where(own, _bits(Q.values(lc)), 0))
-    if want_rates and Q is not None:
+    native = _native.usable(dev) and M > 0
+    fp = _flat(P, Vl) if native else None
+    fq = _flat(Q, Vl) if native and Q is not None else None
+    native = fp is not None and (Q is None or fq is not None)
+    y_loc = torch.where(own, lc, -1)
+
+    def refs(p_row, q_row, kind, rho=None, y=None):   # rows of the C++ passes
+        n = p_row.numel()
+        return _native.Refs(fp[0], p_row.reshape(-1), None if fq is None else fq[0],
+                            None if fq is None else q_row.reshape(-1),
+                            torch.full((n,), -1) if y is None else y.reshape(-1),
+                            torch.full((n,), kind, dtype=torch.int8) if isinstance(kind, int)
+                            else kind, torch.ones(n, dtype=torch.float64) if rho is None
+                            else rho.reshape(-1))
+
+    if want_rates and Q is not None and native:
+        parts.append(_native.row_sums(refs(fp[1][:, :M], fq[1], _native.MIN), False)[:, 0]
+                     .view(B, M))
+    elif want_rates and Q is not None:
         def beta(b0, b1):
             q = Q.block(b0, b1)
             m = torch.where(q > 0, torch.minimum(Pm.block(b0, b1), q), 0.0)
@@ -215,12 +252,18 @@ def verify(comm, a: Canonical, vocab_start: int, V: int, method: str, want_rates
             rho.append(torch.where(torch.isnan(nxt), 0.0, nxt))
         rhos = torch.stack(rho, 1)                                    # [B, M + 1]
         h = torch.ones_like(rhos)
-        if M > 1:
+        if M > 1 and native:
+            S = _native.row_sums(refs(fp[1][:, :M], None if fq is None else fq[1],
+                                      _native.BLOCK, rhos[:, :M].contiguous(), y_loc),
+                                 False)[:, 0].view(B, M).contiguous()
+        elif M > 1:
             def residual(b0, b1):
                 q = None if Q is None else Q.block(b0, b1)
                 oh = onehot(b0, b1) if Q is None else None
                 return _block_weights(Pm.block(b0, b1), q, oh, rhos[b0:b1, :M]).sum(2)
-            S = comm.all_reduce(_sums(B, M, Vl, dev, residual), "sum", "block residual sums")
+            S = _sums(B, M, Vl, dev, residual)
+        if M > 1:
+            S = comm.all_reduce(S, "sum", "block residual sums")
             z = S.double() * 2.0 ** -60
             den = z + (1.0 - rhos[:, :M])
             h[:, :M] = torch.where(den > 0, z / den, 1.0)
@@ -266,7 +309,21 @@ def verify(comm, a: Canonical, vocab_start: int, V: int, method: str, want_rates
 
     w0, w1 = stream(a.seed, a.offset, M + 1, _ref.TAG_SAMPLE)
     U = _at(w0 | (w1 << 32), js)
-    drawn = _draw.draw(comm, weights, B, chunk_rows(Vl, dev), U, vocab_start)
+    if native:                          # the same weights, summed and searched in C++
+        kind = torch.where(bonus, _native.BONUS, _native.RESIDUAL).to(torch.int8)
+        if block:
+            kind = torch.where(kind_block, _native.BLOCK, kind).to(torch.int8)
+        r_of = refs(_at(fp[1], js), None if fq is None else _at(fq[1], jq), kind, rho_at,
+                    _at(y_loc, jq))
+        sums = _native.row_sums(r_of, True).t().contiguous()
+
+        def search(use_w, t, owner):
+            r_t = r_of._replace(kind=torch.where(use_w, r_of.kind, _native.BONUS)
+                                .to(torch.int8))
+            return _native.draw_search(r_t, torch.where(owner, t, -1))
+        drawn = _draw.finish(comm, sums, U, vocab_start, search)
+    else:
+        drawn = _draw.draw(comm, weights, B, chunk_rows(Vl, dev), U, vocab_start)
     tok = torch.where(greedy, _at(t_arg, js), drawn)
     good = ok_req & ~bad & (tok >= 0) & (tok < V)
 

@@ -393,6 +393,10 @@ contract is an exact reduction, so ranks exchange only per-row numbers.
   as one int64 key ``(order(v) - 2**31) * 2**32 + (2**32 - 1 - index)``, ``order`` the monotone
   map of float32 bits to uint32 (``-0.0`` is first made ``+0.0``, so that ties follow the
   float comparison): the maximum key is the largest value at its lowest global index.
+  The argmax is read for greedy rows only and ``max x`` for sampled rows only, so a rank may
+  offer any key in the unread one (the C++ shard passes scan a row once: a sampled row's
+  first key holds ``max x`` at index 0, a greedy row's ``max x`` key is that of 0.0); the
+  flags are unchanged by that.
 * *top-k threshold* (four sum-reductions): the k-th largest ``x`` by radix selection on
   ``order(x)``, 8 bits per round from the top; round r counts, per row, the entries whose key
   matches the digits found so far, by their next digit (a [rows, 256] count), and keeps the
