@@ -302,29 +302,8 @@ def _run(predicts, accept_index, accept_token_num, candidates, retrive_index,
         raise TypeError(f"target_probs must be float32, got {target_probs.dtype}")
     B, N, V = target_probs.shape
     dev = target_probs.device
-    _int_tensor("predicts", predicts, 1)
-    _int_tensor("accept_index", accept_index, 2)
-    _int_tensor("accept_token_num", accept_token_num, 1)
-    for name, t in (("candidates", candidates), ("retrive_index", retrive_index),
-                    ("retrive_next_token", retrive_next_token),
-                    ("retrive_next_sibling", retrive_next_sibling)):
-        _int_tensor(name, t, 2)
-        if tuple(t.shape) != (B, N):
-            raise ValueError(f"{name} must have shape [bs, n] = [{B}, {N}] to match "
-                             f"target_probs {tuple(target_probs.shape)}, got {tuple(t.shape)}")
-    for name, t in (("predicts", predicts), ("accept_index", accept_index),
-                    ("accept_token_num", accept_token_num), ("candidates", candidates),
-                    ("retrive_index", retrive_index), ("retrive_next_token", retrive_next_token),
-                    ("retrive_next_sibling", retrive_next_sibling)):
-        if t.device != dev:
-            raise ValueError(f"{name} is on {t.device}, target_probs on {dev}")
-    if accept_index.shape[0] != B or accept_token_num.shape[0] != B:
-        raise ValueError(f"accept_index must be [bs={B}, num_spec] and accept_token_num "
-                         f"[bs={B}], got {tuple(accept_index.shape)} and "
-                         f"{tuple(accept_token_num.shape)}")
-    S = accept_index.shape[1]
-    if S < 1:
-        raise ValueError("accept_index must have at least one column (num_spec >= 1)")
+    S = _check_layout(predicts, accept_index, accept_token_num, candidates, retrive_index,
+                      retrive_next_token, retrive_next_sibling, B, N, dev)
     if uniform_samples is not None and (not isinstance(uniform_samples, torch.Tensor)
                                         or uniform_samples.shape[0] != B):
         raise ValueError(f"uniform_samples must be a [bs={B}, n] tensor")
