@@ -53,7 +53,9 @@ def _site_packages(python):
                 ).strip()
 
 
-@pytest.fixture(scope="module")
+# Session scope: pytest tears a module fixture down whenever the worker runs a test of
+# another module in between, and the xdist group does not keep its tests contiguous.
+@pytest.fixture(scope="session")
 def wheel(tmp_path_factory):
     """(the repaired wheel, the tools venv's python)."""
     tmp = tmp_path_factory.mktemp("wheel")

