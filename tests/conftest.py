@@ -33,7 +33,7 @@ def _seed_global_generators(request):
     """Every test starts from generators seeded by its own node id (crc32: stable across
     processes and runs), so a test that draws from torch's / numpy's / Python's global
     generator is reproducible on its own, in any order and on any xdist worker."""
-    seed = zlib.crc32(request.node.nodeid.encode())
+    seed = zlib.crc32(request.node.nodeid.split("@")[0].encode())   # without the xdist group
     torch.manual_seed(seed)
     np.random.seed(seed)
     random.seed(seed)
@@ -114,3 +114,19 @@ def pytest_terminal_summary(terminalreporter):
                                     f"{os.environ.get('SPECOPS_SKIP_ALLOWLIST')}:", red=True)
         for nodeid, reason in bad:
             terminalreporter.write_line(f"  {nodeid}: {reason}", red=True)
+
+
+def pytest_collection_modifyitems(config, items):
+    """pytest-xdist's ``--dist loadgroup`` keeps an ``xdist_group`` on one worker by a suffix
+    ``@group`` of each test's node id, which it sets through ``item._nodeid``; pytest 9 keeps
+    the id in ``item._id``, so that assignment is lost and a group's tests spread over both
+    workers (its module fixtures then run once per worker).  Add the suffix here where
+    xdist's did not take; a no-op without loadgroup and where xdist's works."""
+    if not getattr(config.option, "loadgroup", False):
+        return
+    from _pytest.nodeid import coerce_node_id
+    for item in items:
+        names = {str(m.args[0] if m.args else m.kwargs.get("name", "default"))
+                 for m in item.iter_markers("xdist_group")}
+        if names and "@" not in item.nodeid and hasattr(item, "_id"):
+            item._id = coerce_node_id(f"{item.nodeid}@{'_'.join(sorted(names))}")
