@@ -10,33 +10,15 @@ methods at two sizes and the chain = block check run in the full tier.
 """
 from __future__ import annotations
 
-import os
-
+import pytest
 import torch
 
-if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")
-
-import pytest  # noqa: E402
-
-pytest.importorskip("triton")
-
-from specops.backends import reference as RB  # noqa: E402
-
-try:
-    from specops.backends import triton as TB  # noqa: E402
-except ImportError as exc:  # pragma: no cover
-    pytest.skip(f"specops Triton backend unavailable: {exc}", allow_module_level=True)
-
+# The Triton set-up (interpreter on a CPU-only machine, the skips, the device) is tree
+# verification's: one copy, in tests/test_tree_triton.py.
+from tests.test_tree_triton import DEV, INTERPRET, NAMES, RB, TB  # noqa: F401
 from tests.tree_cases import TREE_KINDS, make_tree_case  # noqa: E402
 
-INTERPRET = TB._K.INTERPRETED
-if not INTERPRET and not torch.cuda.is_available():
-    pytest.skip("Triton tests need CUDA or TRITON_INTERPRET=1 (set before triton is imported)",
-                allow_module_level=True)
-DEV = torch.device("cpu" if INTERPRET else "cuda")
 pytestmark = pytest.mark.filterwarnings("ignore::RuntimeWarning")
-NAMES = ("token_ids", "num_accepted", "accepted_nodes", "valid")
 
 
 def check(kw):
