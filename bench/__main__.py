@@ -27,9 +27,11 @@ from bench._harness import RESULTS
 
 def main(argv=None):
     ap = argparse.ArgumentParser(prog="python -m bench", description=__doc__)
-    ap.add_argument("--suite", choices=("all", "random", "real"), default="all",
+    ap.add_argument("--suite", choices=("all", "random", "real", "methods"), default="all",
                     help="random: random-normal logits (results/cpu.md); real: SmolLM2-135M "
-                         "logits on real prompts (results/cpu_real.md, bench/real.py); all: both")
+                         "logits on real prompts (results/cpu_real.md, bench/real.py); all: both; "
+                         "methods: issue 32's rows in one run (block, rates, tree, shards, per "
+                         "call; results/cpu_speed.md, bench/cpu_speed.py)")
     ap.add_argument("--quick", action="store_true",
                     help="the headline table only (B=32, K=4, V=128256: greedy, t0.8, top-p; "
                          "three repetitions; about a minute); implies --suite random unless "
@@ -52,6 +54,11 @@ def main(argv=None):
     torch.set_num_threads(os.cpu_count() or 1)
     folder = RESULTS if args.record else (os.environ.get("SPECOPS_BENCH_DIR")
                                           or os.path.expanduser("~/.cache/specops/bench"))
+    if args.suite == "methods":
+        from bench import cpu_speed
+        cpu_speed.run(reps, os.path.join(folder, "cpu_speed.md") if args.out is None
+                      else args.out, argv)
+        return
     if args.suite != "real":               # --out "" writes no file
         random_suite.random_suite(args, reps, os.path.join(folder, "cpu.md")
                                   if args.out is None else args.out, argv)
