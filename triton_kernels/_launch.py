@@ -39,6 +39,13 @@ def verify_outputs(B: int, max_k: int, device):
             torch.empty((B,), dtype=torch.bool, device=device))
 
 
+def tree_outputs(B: int, depth: int, device):
+    """(token_ids [B, depth + 1] int32, num_accepted [B] int32, accepted_nodes [B, depth]
+    int32, valid [B] bool), unfilled: every tree walk's outputs."""
+    tok, nacc, valid = verify_outputs(B, depth, device)
+    return tok, nacc, torch.empty((B, depth), dtype=torch.int32, device=device), valid
+
+
 def next_pow2(n: int) -> int:
     return triton.next_power_of_2(max(int(n), 1))
 

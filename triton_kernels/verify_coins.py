@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from ._common import NO_INDEX
-from ._launch import block_v, launch_opts, next_pow2
+from ._launch import block_v, launch_opts, next_pow2, tree_outputs
 
 W60 = tl.constexpr(1152921504606846976.0)      # 2**60: trunc(p * 2**60) is the mass
 MASS_MAX = tl.constexpr(17179869184)            # 2**34: section 3's mass bound (2**32 units)
@@ -156,10 +156,7 @@ def coin_walk(target, order, parents, present, candidates, m_coins, m_final, max
     B, N, V = target.shape
     dev = target.device
     D = max(int(max_depth), 0)
-    tok = torch.empty((B, D + 1), dtype=torch.int32, device=dev)
-    nacc = torch.empty((B,), dtype=torch.int32, device=dev)
-    nodes = torch.empty((B, D), dtype=torch.int32, device=dev)
-    valid = torch.empty((B,), dtype=torch.bool, device=dev)
+    tok, nacc, nodes, valid = tree_outputs(B, D, dev)
     if B == 0:
         return tok, nacc, nodes, valid
     acc = torch.full((1,), float(acc_scale), dtype=torch.float64, device=dev)

@@ -18,7 +18,7 @@ import triton.language as tl
 from ._common import (NO_INDEX, P_CHECK_MAX, TAG_SAMPLE, U32_TO_UNIT, W_SCALE,
                       check_probs_tile, mulhi_u64, probs_tile, request_ok, row_stats,
                       stream_words)
-from ._launch import block_v, launch_opts, next_pow2
+from ._launch import block_v, launch_opts, next_pow2, tree_outputs
 from ._tree_rows import find_weight, store_weights
 from ._walk_common import load_params, no_stats
 from .verify_tree import _greedy_node, _tree_shape
@@ -285,10 +285,7 @@ def verify_traversal(target, target_is_probs, node_ids, parents, num_nodes, draf
     B, N = node_ids.shape
     V, dev = target.shape[1], target.device
     D = max(int(max_depth), 0)
-    tok = torch.empty((B, D + 1), dtype=torch.int32, device=dev)
-    nacc = torch.empty((B,), dtype=torch.int32, device=dev)
-    nodes = torch.empty((B, D), dtype=torch.int32, device=dev)
-    valid = torch.empty((B,), dtype=torch.bool, device=dev)
+    tok, nacc, nodes, valid = tree_outputs(B, D, dev)
     if B == 0:
         return tok, nacc, nodes, valid
     q_mode = 0 if draft is None else (1 if draft_is_probs else 2)

@@ -16,7 +16,7 @@ import triton.language as tl
 
 from ._common import (NO_INDEX, TAG_SAMPLE, U32_TO_UNIT, draw_row, logits_scan, mulhi_u64,
                       probs_check_argmax, request_ok, row_stats, stream_words)
-from ._launch import block_v, launch_opts, next_pow2
+from ._launch import block_v, launch_opts, next_pow2, tree_outputs
 from ._tree_rows import find_weight, store_weights, update_residual
 from ._walk_common import load_params, no_stats
 
@@ -230,10 +230,7 @@ def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, dr
     B, N = node_ids.shape
     V, dev = target.shape[1], target.device
     D = max(int(max_depth), 0)
-    tok = torch.empty((B, D + 1), dtype=torch.int32, device=dev)
-    nacc = torch.empty((B,), dtype=torch.int32, device=dev)
-    nodes = torch.empty((B, D), dtype=torch.int32, device=dev)
-    valid = torch.empty((B,), dtype=torch.bool, device=dev)
+    tok, nacc, nodes, valid = tree_outputs(B, D, dev)
     if B == 0:
         return tok, nacc, nodes, valid
     q_mode = 0 if draft is None else (1 if draft_is_probs else 2)
