@@ -40,6 +40,7 @@ DEVICE_TYPES = ("cpu", "cuda")
 INF = float("inf")
 F32_OVERFLOW = 2.0 ** 128 - 2.0 ** 103      # smallest magnitude that rounds to inf in float32
 GREEDY_T = float(_ref.GREEDY_TEMPERATURE)
+FEW = 64                                    # [B] values this few are read as a list
 MAX_DRAFT_TOKENS = 1 << 16                  # max_num_draft_tokens: the output's width - 1
 
 
@@ -268,8 +269,12 @@ def per_request(name, value, B, dtype, device, rng: Optional[Range], scalars=Fal
             raise ValueError(f"{name} must be on a CPU or CUDA device, got {value.device}")
         t = value.to(device=device, dtype=dtype)
         if rng is not None and B > 0 and may_read(validate, value):
-            lo, hi = (float(v) for v in torch.aminmax(t))      # an interval: ends suffice
-            if not (rng.holds(lo) and rng.holds(hi)):
+            if B <= FEW and t.is_cpu:                   # one read, compared in Python
+                ok = all(rng.holds(v) for v in t.tolist())
+            else:
+                lo, hi = (float(v) for v in torch.aminmax(t))  # an interval: ends suffice
+                ok = rng.holds(lo) and rng.holds(hi)
+            if not ok:
                 raise ValueError(f"{name} must be {rng.text}; got "
                                  f"{t.tolist() if B <= 16 else t}")
         return t
@@ -303,6 +308,14 @@ def _temperature(temperature, B, device, validate=None):
     if _is_sequence(temperature):
         temp = per_request("temperature", temperature, B, torch.float32, device, TEMPERATURE,
                            validate=validate)
+        if 0 < B <= FEW and temp.is_cpu and may_read(validate, temp):
+            # a few readable values: the scalar rule on each (the same float32 arithmetic;
+            # tests/test_api.py compares the two), no tensor kernels; one value shared by
+            # every request stays a Python number, as a scalar temperature does
+            inv_l = [inv_temperature_scalar(v) for v in temp.tolist()]
+            shared = all(v == inv_l[0] for v in inv_l)        # (a NaN is never shared)
+            inv = inv_l[0] if shared else torch.tensor(inv_l, dtype=torch.float32)
+            return inv, temp, all(v == 0.0 for v in inv_l)
         inv = inv_temperature(temp)
         all_greedy = None
         if B > 0 and may_read(validate, temp) and temp.device.type == "cpu":
@@ -562,7 +575,7 @@ def _padded_rows(B: int, K: int, device):
 def _check_ids(ids: torch.Tensor, V: int) -> None:
     """Every draft id in [-1, V).  A few ids are compared in Python (one read of the values,
     no reduction kernels); many by one aminmax (an interval: its ends suffice)."""
-    if ids.numel() <= 64:
+    if ids.numel() <= FEW:
         vals = ids.tolist()
         lo, hi = min(vals), max(vals)
     else:
