@@ -337,16 +337,19 @@ class Params(NamedTuple):
 
 
 _PARAMS = _cache.Cache("all-scalar sampling parameters")
+_NUM = (int, float)
 
 
 def sampling_params(temperature, top_k, top_p, min_p, B, device, is_probs,
-                    validate=None) -> Params:
+                    validate=None, graph=None) -> Params:
     """Check temperature / top_k / top_p / min_p (scalars or B values each)."""
     values = (temperature, top_k, top_p, min_p)
-    if all(type(v) in (int, float) for v in values):     # checked once, then reused
-        key = (B, device, is_probs, values, tuple(type(v) for v in values), validate is False)
+    if type(temperature) in _NUM and type(top_k) in _NUM and type(top_p) in _NUM and \
+            type(min_p) in _NUM:                         # checked once, then reused
+        key = (B, device, is_probs, values, type(temperature), type(top_k), type(top_p),
+               type(min_p), validate is False)
         return _PARAMS.get(key, lambda: _sampling_params(*values, B, device, is_probs,
-                                                         validate))
+                                                         validate), graph)
     return _sampling_params(*values, B, device, is_probs, validate)
 
 
@@ -391,6 +394,9 @@ def check_generator(generator) -> None:
 
 def seeds(seed, offset, generator, B, device, all_greedy, validate=None):
     """-> (seed, offset): [B] int64 tensors, or Python ints for scalar arguments."""
+    if type(seed) is int and type(offset) is int and generator is None and \
+            -(2 ** 63) <= seed < 2 ** 63 and -(2 ** 63) <= offset < 2 ** 63:
+        return seed, offset                  # the engine's call: two int64s, nothing to do
     check_generator(generator)
     if seed is not None and generator is not None:
         raise ValueError("pass either seed (with offset) or generator, not both")
@@ -441,6 +447,7 @@ class Layout(NamedTuple):
     tname: str
     is_probs: bool
     dname: str
+    unit: bool                  # target and draft have unit stride along V: rows() is a no-op
 
 
 _LAYOUTS = _cache.Cache("argument layouts")
@@ -485,10 +492,11 @@ def _check_layout(target_logits, draft_token_ids, draft_probs, target_probs, dra
     if draft is not None and draft.shape[-1] != target.shape[-1]:
         raise ValueError(f"{dname} must have {target.shape[-1]} columns like {tname}, got "
                          f"shape {tuple(draft.shape)}")
+    unit = target.stride(-1) == 1 and (draft is None or draft.stride(-1) == 1)
     if flat:
         B = _check_flattened(tname, target, draft_token_ids, draft, dname,
                              cu_num_draft_tokens, num_draft_tokens)
-        return Layout(True, B, -1, V, tname, is_probs, dname)
+        return Layout(True, B, -1, V, tname, is_probs, dname, unit)
     if cu_num_draft_tokens is not None:
         raise ValueError("cu_num_draft_tokens is for the flattened [N, V] layout; the "
                          "padded [B, K+1, V] layout takes num_draft_tokens")
@@ -506,7 +514,7 @@ def _check_layout(target_logits, draft_token_ids, draft_probs, target_probs, dra
     if max_num_draft_tokens is not None:
         raise ValueError("max_num_draft_tokens is for the flattened layout; the padded "
                          "layout's width is K + 1")
-    return Layout(False, B, K, V, tname, is_probs, dname)
+    return Layout(False, B, K, V, tname, is_probs, dname, unit)
 
 
 def _check_flattened(tname, target, draft_token_ids, draft, dname, cu_num_draft_tokens,
@@ -564,12 +572,12 @@ def _flattened(cu_num_draft_tokens, T, max_num_draft_tokens, device, validate, g
     return target_row_start, prev, num_draft, max_k
 
 
-def _padded_rows(B: int, K: int, device):
+def _padded_rows(B: int, K: int, device, graph=None):
     """(target_row_start, draft_row_start, num_draft) of the padded [B, K+1, V] layout."""
     def make():
         ar = torch.arange(B, device=device, dtype=torch.int64)
         return ar * (K + 1), ar * K, torch.full((B,), K, dtype=torch.int64, device=device)
-    return _cache.const(("padded rows", B, K, device), make)
+    return _cache.const(("padded rows", B, K, device), make, graph)
 
 
 def _check_ids(ids: torch.Tensor, V: int) -> None:
@@ -617,7 +625,7 @@ def prepare(target_logits=None, draft_token_ids=None, draft_probs=None, target_p
         target2, draft2, ids = target, draft, draft_token_ids
     else:
         max_k = K = lay.K
-        target_row_start, draft_row_start, num_draft = _padded_rows(B, K, device)
+        target_row_start, draft_row_start, num_draft = _padded_rows(B, K, device, graph)
         if num_draft_tokens is not None:
             num_draft = per_request("num_draft_tokens", num_draft_tokens, B, torch.int64,
                                     device, Range(0, K, False, False, f"in [0, K={K}]"),
@@ -625,13 +633,15 @@ def prepare(target_logits=None, draft_token_ids=None, draft_probs=None, target_p
         target2 = target.reshape(B * (K + 1), V)
         draft2 = None if draft is None else draft.reshape(B * K, V)
         ids = draft_token_ids.reshape(B * K)
-    target2, draft2 = rows(target2), rows(draft2)
+    if not lay.unit:                            # (a view of a unit-stride row has one)
+        target2, draft2 = rows(target2), rows(draft2)
     read_ids = ids.numel() > 0 and may_read(validate, ids, graph)
     if read_ids:
         _check_ids(ids, lay.V)
     if ids.dtype != torch.int64:
         ids = ids.to(torch.int64)
-    params = sampling_params(temperature, top_k, top_p, min_p, B, device, is_probs, validate)
+    params = sampling_params(temperature, top_k, top_p, min_p, B, device, is_probs, validate,
+                             graph)
     seed_t, offset_t = seeds(seed, offset, generator, B, device, params.all_greedy, validate)
     a = Canonical(target2, is_probs, target_row_start, ids, draft_row_start, num_draft,
                   draft2, draft_probs is not None, params.inv_temp, params.top_k,

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from specops import _C
+from specops import _C, _cache
 from specops.backends.registry import BackendUnavailable
 
 
@@ -88,17 +88,30 @@ def _matrix(t, probs, keep: list):
     return _mat(t)
 
 
+_CONST_COLS: dict = {}   # id -> (a constant of specops._cache, the dtype asked, its view)
+
+
 def _col(t, dtype, n: int, name: str, keep: list, ints: bool = False):
     """Column view (address, element stride, dtype code) of a 1-D tensor with >= n entries,
     read in place (any stride, 0 included); `ints`: int32 is read as is too.  A Python number
-    (a value shared by every request) is passed as the number itself."""
+    (a value shared by every request) is passed as the number itself.  The view of one of
+    the argument layer's constants (``_cache.is_constant``: the padded layout's row starts) is
+    remembered: such a tensor is never written, and the entry holds it alive."""
     tt = type(t)
     if tt is float or tt is int:
         return float(t) if dtype is torch.float32 else int(t)
     if tt is torch.Tensor and t.is_cpu:
+        hit = _CONST_COLS.get(id(t))
+        if hit is not None and hit[0] is t and hit[1] is dtype and t.numel() >= n:
+            return hit[2]
         dt = t.dtype
         if (dt is dtype or (ints and dt is torch.int32)) and t.dim() == 1 and t.numel() >= n:
-            return (t.data_ptr(), t.stride()[0], _COL_CODES[dt])  # fast path: read in place
+            view = (t.data_ptr(), t.stride()[0], _COL_CODES[dt])  # fast path: read in place
+            if _cache.is_constant(t):
+                if len(_CONST_COLS) >= 1024:
+                    _CONST_COLS.clear()
+                _CONST_COLS[id(t)] = (t, dtype, view)
+            return view
     t = torch.as_tensor(t).detach()
     if not t.is_cpu:
         t = t.cpu()
@@ -130,10 +143,10 @@ def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start
             raise ValueError(f"specops cpu backend: draft has V={dr[3]}, target has "
                              f"V={tgt[3]}")
     max_k = max(int(max_k), 0)
-    tok = torch.empty((B, max_k + 1), dtype=torch.int32)
+    tok = torch.empty(B, max_k + 1, dtype=torch.int32)     # (sizes as ints: no tuple to parse)
     nacc = torch.empty(B, dtype=torch.int32)
     valid = torch.empty(B, dtype=torch.bool)
-    rates = torch.empty((B, max_k), dtype=torch.float32) if want_rates else None
+    rates = torch.empty(B, max_k, dtype=torch.float32) if want_rates else None
     # Fields by keyword, in the order the binding reads them (any order works; this one makes
     # each lookup a single compare).  A per-request parameter that is already a Python float /
     # int goes in as it is (the engine's common call, spared a function call per parameter).
