@@ -67,6 +67,8 @@ _MADE: Dict[int, torch.Tensor] = {}     # id -> every tensor _TENSORS made (held
 def _made(make: Callable[[], object]) -> Callable[[], object]:
     def make_and_note():
         value = make()
+        if building_graph():                # not cached, and no id() while tracing
+            return value
         if len(_MADE) >= 4 * MAX_ENTRIES:
             _MADE.clear()
         for t in value if isinstance(value, tuple) else (value,):
