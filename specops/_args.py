@@ -265,9 +265,12 @@ def per_request(name, value, B, dtype, device, rng: Optional[Range], scalars=Fal
             raise TypeError(f"{name} must hold real numbers, got {value.dtype}")
         if not dtype.is_floating_point and value.dtype.is_floating_point:
             raise TypeError(f"{name} must hold integers, got {value.dtype}")
-        if value.device.type not in DEVICE_TYPES:
-            raise ValueError(f"{name} must be on a CPU or CUDA device, got {value.device}")
-        t = value.to(device=device, dtype=dtype)
+        vdev = value.device
+        if vdev.type not in DEVICE_TYPES:
+            raise ValueError(f"{name} must be on a CPU or CUDA device, got {vdev}")
+        # (.to would return the tensor itself here; asked first, it costs no argument parsing)
+        t = value if value.dtype is dtype and vdev == device else value.to(device=device,
+                                                                           dtype=dtype)
         if rng is not None and B > 0 and may_read(validate, value):
             if B <= FEW and t.is_cpu:                   # one read, compared in Python
                 ok = all(rng.holds(v) for v in t.tolist())
@@ -355,13 +358,26 @@ def sampling_params(temperature, top_k, top_p, min_p, B, device, is_probs,
 
 def _sampling_params(temperature, top_k, top_p, min_p, B, device, is_probs, validate):
     inv_temp, temp, all_greedy = _temperature(temperature, B, device, validate)
-    top_k_t = per_request("top_k", top_k, B, torch.int64, device, TOP_K, True, validate)
-    top_p_t = per_request("top_p", top_p, B, torch.float32, device, TOP_P, True, validate)
-    min_p_t = per_request("min_p", min_p, B, torch.float32, device, MIN_P, True, validate)
+    if type(top_k) in _NUM and type(top_p) in _NUM and type(min_p) in _NUM:
+        # filters given as numbers (per-request temperatures): checked once, then reused
+        top_k_t, top_p_t, min_p_t = _FILTERS.get(
+            (top_k, top_p, min_p, type(top_k), type(top_p), type(min_p), validate is False),
+            lambda: _filters(top_k, top_p, min_p, B, device, validate))
+    else:
+        top_k_t, top_p_t, min_p_t = _filters(top_k, top_p, min_p, B, device, validate)
     if is_probs and validate is not False:
         _check_probs_params(temperature, temp, top_k, top_p, min_p, top_k_t, top_p_t,
                             min_p_t, validate)
     return Params(inv_temp, top_k_t, top_p_t, min_p_t, all_greedy)
+
+
+_FILTERS = _cache.Cache("scalar filters")
+
+
+def _filters(top_k, top_p, min_p, B, device, validate):
+    return (per_request("top_k", top_k, B, torch.int64, device, TOP_K, True, validate),
+            per_request("top_p", top_p, B, torch.float32, device, TOP_P, True, validate),
+            per_request("min_p", min_p, B, torch.float32, device, MIN_P, True, validate))
 
 
 def _check_probs_params(temperature, temp, top_k, top_p, min_p, top_k_t, top_p_t, min_p_t,
