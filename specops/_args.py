@@ -18,7 +18,10 @@ The result is ``Canonical`` (chain) or ``TreeCanonical`` (tree): the flattened a
 ``specops::verify`` / ``specops::verify_tree`` by name.  Per-request parameters given as
 Python scalars stay Python numbers there (the backends broadcast them, which saves building
 tensors on every eager call); ``to_op_tensors()`` turns them into [B] tensors, the form the
-registered ops take.  Per-call costs are cached by value (``specops._cache``).
+registered ops take.  Per-call costs are cached by value (``specops._cache``): the checks of
+types, shapes, strides, dtypes and devices run once per argument layout (``Layout``, keyed on
+everything they read: a call whose key matches would pass them again), the value checks on
+every call; a few [B] values (at most ``FEW``) are read as one list and checked in Python.
 """
 from __future__ import annotations
 
