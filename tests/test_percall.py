@@ -158,3 +158,16 @@ def test_value_checks_of_few_and_many(B):
         kw["draft_token_ids"][-1, 0] = bad
         with pytest.raises(ValueError, match="draft_token_ids"):
             specops.verify_block(**kw)
+
+
+@pytest.mark.skipif("triton" not in specops.available_backends(),
+                    reason="Triton is not importable here (TRITON_INTERPRET=1 on CPU)")
+def test_shared_tensor_temperature_on_triton_equals_the_unread_path():
+    """Catches the Triton backend mishandling a shared [B] temperature passed as a Python
+    number (the list path) where it used to get a [B] tensor: two launches, bitwise equal."""
+    kw = base(B=3, K=4, V=13, seed=2)
+    kw["temperature"] = torch.tensor([0.7, 0.7, 0.7])
+    read = specops.verify_block(**kw, backend="triton")
+    unread = specops.verify_block(**kw, validate=False, backend="triton")
+    for got, want in zip(read, unread):
+        assert torch.equal(got, want)
