@@ -9,6 +9,7 @@ dispatch are the cost.  Measured in one run on the same inputs, alternating repe
   and draft, given logits already divided by the temperature (the division is not timed);
 * the backend function alone (``specops.backends.<backend>.verify`` on the arguments the
   public call checked once: its marshalling and the kernel, no argument checks or dispatch);
+* the argument layer alone (``specops._args.prepare`` of the scalar-params call);
 * the floor: reading the target logits and draft probabilities once (a torch sum of each).
 
 Run: ``python -m bench.overhead`` (writes bench/results/overhead.md).
@@ -26,6 +27,7 @@ import time
 import torch
 
 import specops
+from specops import _args
 
 B, K, V, T = 1, 4, 1000, 0.8
 
@@ -49,6 +51,9 @@ def cases(backend):
         "specops.verify_block, [B] tensor params": lambda: specops.verify_block(
             target, ids, q, temperature=temp_t, seed=seed_t, offset=off_t, backend=backend),
         "floor (sum of target + draft probs)": lambda: (target.sum(), q.sum()),
+        # the checks and canonical form of the scalar-params call, without the backend
+        "argument layer alone (specops._args.prepare), scalar params": lambda: _args.prepare(
+            target, ids, q, temperature=T, seed=0, offset=0),
     }
     if backend != "auto":
         import importlib

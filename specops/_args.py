@@ -18,11 +18,13 @@ The result is ``Canonical`` (chain) or ``TreeCanonical`` (tree): the flattened a
 ``specops::verify`` / ``specops::verify_tree`` by name.  Per-request parameters given as
 Python scalars stay Python numbers there (the backends broadcast them, which saves building
 tensors on every eager call); ``to_op_tensors()`` turns them into [B] tensors, the form the
-registered ops take.  Per-call costs are cached by value (``specops._cache``).
+registered ops take.  Per-call costs are cached by value (``specops._cache``): the checks of
+types, shapes, strides, dtypes and devices run once per argument layout (``Layout``, keyed on
+everything they read: a call whose key matches would pass them again), the value checks on
+every call; a few [B] values (at most ``FEW``) are read as one list and checked in Python.
 """
 from __future__ import annotations
 
-import importlib
 import math
 import numbers
 from typing import NamedTuple, Optional
@@ -32,6 +34,7 @@ import torch
 from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from specops import _cache
+from specops._draft_probs import DRAFT_PROBS_TOLERANCE, check_draft_probs  # noqa: F401
 from specops import reference as _ref
 
 LOGIT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
@@ -40,8 +43,8 @@ DEVICE_TYPES = ("cpu", "cuda")
 INF = float("inf")
 F32_OVERFLOW = 2.0 ** 128 - 2.0 ** 103      # smallest magnitude that rounds to inf in float32
 GREEDY_T = float(_ref.GREEDY_TEMPERATURE)
+FEW = 64                                    # [B] values this few are read as a list
 MAX_DRAFT_TOKENS = 1 << 16                  # max_num_draft_tokens: the output's width - 1
-DRAFT_PROBS_TOLERANCE = 1e-2                # |row sum - 1| allowed in a checked draft_probs row
 
 
 class Range(NamedTuple):
@@ -155,10 +158,11 @@ def check_bool(name: str, value) -> None:
         raise TypeError(f"{name} must be a bool, got {type(value).__name__}")
 
 
-def may_read(validate, t: Optional[torch.Tensor] = None) -> bool:
+def may_read(validate, t: Optional[torch.Tensor] = None, graph=None) -> bool:
     """May the values of tensor ``t`` be read on the host?  ``True``: yes (may sync);
-    ``None``: only a CPU tensor's; ``False``, tracing or capture: never."""
-    if validate is False or tracing():
+    ``None``: only a CPU tensor's; ``False``, tracing or capture: never (``graph``: the
+    caller's ``tracing()``, asked once per call)."""
+    if validate is False or (tracing() if graph is None else graph):
         return False
     return validate is True or t is None or t.device.type == "cpu"
 
@@ -200,6 +204,9 @@ _SCALARS = _cache.Cache("checked scalars")       # (name, type, value, range) ->
 def scalar(name, value, dtype, rng: Optional[Range], check=True):
     """Check a Python scalar (its range only with ``check``); return the value the kernels
     will see (float32-rounded)."""
+    if rng is None and type(value) is int and dtype is torch.int64 and \
+            -(2 ** 63) <= value < 2 ** 63:
+        return value            # an int64 with no range (seed, offset): nothing to round
     if type(value) in (int, float):
         return _SCALARS.get((name, type(value), value, rng if check else None),
                             lambda: check_scalar(name, value, dtype, rng if check else None))
@@ -261,12 +268,19 @@ def per_request(name, value, B, dtype, device, rng: Optional[Range], scalars=Fal
             raise TypeError(f"{name} must hold real numbers, got {value.dtype}")
         if not dtype.is_floating_point and value.dtype.is_floating_point:
             raise TypeError(f"{name} must hold integers, got {value.dtype}")
-        if value.device.type not in DEVICE_TYPES:
-            raise ValueError(f"{name} must be on a CPU or CUDA device, got {value.device}")
-        t = value.to(device=device, dtype=dtype)
+        vdev = value.device
+        if vdev.type not in DEVICE_TYPES:
+            raise ValueError(f"{name} must be on a CPU or CUDA device, got {vdev}")
+        # (.to would return the tensor itself here; asked first, it costs no argument parsing)
+        t = value if value.dtype is dtype and vdev == device else value.to(device=device,
+                                                                           dtype=dtype)
         if rng is not None and B > 0 and may_read(validate, value):
-            lo, hi = (float(v) for v in torch.aminmax(t))      # an interval: ends suffice
-            if not (rng.holds(lo) and rng.holds(hi)):
+            if B <= FEW and t.is_cpu:                   # one read, compared in Python
+                ok = all(rng.holds(v) for v in t.tolist())
+            else:
+                lo, hi = (float(v) for v in torch.aminmax(t))  # an interval: ends suffice
+                ok = rng.holds(lo) and rng.holds(hi)
+            if not ok:
                 raise ValueError(f"{name} must be {rng.text}; got "
                                  f"{t.tolist() if B <= 16 else t}")
         return t
@@ -300,6 +314,14 @@ def _temperature(temperature, B, device, validate=None):
     if _is_sequence(temperature):
         temp = per_request("temperature", temperature, B, torch.float32, device, TEMPERATURE,
                            validate=validate)
+        if 0 < B <= FEW and temp.is_cpu and may_read(validate, temp):
+            # a few readable values: the scalar rule on each (the same float32 arithmetic;
+            # tests/test_api.py compares the two), no tensor kernels; one value shared by
+            # every request stays a Python number, as a scalar temperature does
+            inv_l = [inv_temperature_scalar(v) for v in temp.tolist()]
+            shared = all(v == inv_l[0] for v in inv_l)        # (a NaN is never shared)
+            inv = inv_l[0] if shared else torch.tensor(inv_l, dtype=torch.float32)
+            return inv, temp, all(v == 0.0 for v in inv_l)
         inv = inv_temperature(temp)
         all_greedy = None
         if B > 0 and may_read(validate, temp) and temp.device.type == "cpu":
@@ -321,28 +343,44 @@ class Params(NamedTuple):
 
 
 _PARAMS = _cache.Cache("all-scalar sampling parameters")
+_NUM = (int, float)
 
 
 def sampling_params(temperature, top_k, top_p, min_p, B, device, is_probs,
-                    validate=None) -> Params:
+                    validate=None, graph=None) -> Params:
     """Check temperature / top_k / top_p / min_p (scalars or B values each)."""
     values = (temperature, top_k, top_p, min_p)
-    if all(type(v) in (int, float) for v in values):     # checked once, then reused
-        key = (B, device, is_probs, values, tuple(type(v) for v in values), validate is False)
+    if type(temperature) in _NUM and type(top_k) in _NUM and type(top_p) in _NUM and \
+            type(min_p) in _NUM:                         # checked once, then reused
+        key = (B, device, is_probs, values, type(temperature), type(top_k), type(top_p),
+               type(min_p), validate is False)
         return _PARAMS.get(key, lambda: _sampling_params(*values, B, device, is_probs,
-                                                         validate))
+                                                         validate), graph)
     return _sampling_params(*values, B, device, is_probs, validate)
 
 
 def _sampling_params(temperature, top_k, top_p, min_p, B, device, is_probs, validate):
     inv_temp, temp, all_greedy = _temperature(temperature, B, device, validate)
-    top_k_t = per_request("top_k", top_k, B, torch.int64, device, TOP_K, True, validate)
-    top_p_t = per_request("top_p", top_p, B, torch.float32, device, TOP_P, True, validate)
-    min_p_t = per_request("min_p", min_p, B, torch.float32, device, MIN_P, True, validate)
+    if type(top_k) in _NUM and type(top_p) in _NUM and type(min_p) in _NUM:
+        # filters given as numbers (per-request temperatures): checked once, then reused
+        top_k_t, top_p_t, min_p_t = _FILTERS.get(
+            (top_k, top_p, min_p, type(top_k), type(top_p), type(min_p), validate is False),
+            lambda: _filters(top_k, top_p, min_p, B, device, validate))
+    else:
+        top_k_t, top_p_t, min_p_t = _filters(top_k, top_p, min_p, B, device, validate)
     if is_probs and validate is not False:
         _check_probs_params(temperature, temp, top_k, top_p, min_p, top_k_t, top_p_t,
                             min_p_t, validate)
     return Params(inv_temp, top_k_t, top_p_t, min_p_t, all_greedy)
+
+
+_FILTERS = _cache.Cache("scalar filters")
+
+
+def _filters(top_k, top_p, min_p, B, device, validate):
+    return (per_request("top_k", top_k, B, torch.int64, device, TOP_K, True, validate),
+            per_request("top_p", top_p, B, torch.float32, device, TOP_P, True, validate),
+            per_request("min_p", min_p, B, torch.float32, device, MIN_P, True, validate))
 
 
 def _check_probs_params(temperature, temp, top_k, top_p, min_p, top_k_t, top_p_t, min_p_t,
@@ -375,6 +413,9 @@ def check_generator(generator) -> None:
 
 def seeds(seed, offset, generator, B, device, all_greedy, validate=None):
     """-> (seed, offset): [B] int64 tensors, or Python ints for scalar arguments."""
+    if type(seed) is int and type(offset) is int and generator is None and \
+            -(2 ** 63) <= seed < 2 ** 63 and -(2 ** 63) <= offset < 2 ** 63:
+        return seed, offset                  # the engine's call: two int64s, nothing to do
     check_generator(generator)
     if seed is not None and generator is not None:
         raise ValueError("pass either seed (with offset) or generator, not both")
@@ -413,73 +454,45 @@ def rows_to_request(row_start, nrows, device):
 
 
 # ----------------------------------------------------------------------------- the chain
-def _flattened(tname, target, draft_token_ids, draft, dname, cu_num_draft_tokens,
-               num_draft_tokens, max_num_draft_tokens, device, validate):
-    """Row starts, per-request draft counts and max_k of vLLM's flattened layout."""
-    if cu_num_draft_tokens is None:
-        raise ValueError(f"{tname} is 2-D [N, V]: the flattened layout needs "
-                         "cu_num_draft_tokens [B]; or pass a [B, K+1, V] tensor")
-    if num_draft_tokens is not None:
-        raise ValueError("num_draft_tokens is for the padded [B, K+1, V] layout; the "
-                         "flattened layout takes cu_num_draft_tokens")
-    check_tensor("cu_num_draft_tokens", cu_num_draft_tokens, ID_DTYPES, (1,))
-    cu = cu_num_draft_tokens.to(device=device, dtype=torch.int64)
-    B = cu.shape[0]
-    T = draft_token_ids.shape[0]
-    N = target.shape[0]
-    if N != T + B:
-        raise ValueError(f"{tname} must have T + B = {T} + {B} = {T + B} rows in the "
-                         f"flattened layout (one per draft plus one bonus per request), got {N}")
-    if draft is not None and draft.shape[0] != T:
-        raise ValueError(f"{dname} must have T={T} rows (one per draft token), got "
-                         f"{draft.shape[0]}")
-    if B == 0 and T != 0:
-        raise ValueError(f"cu_num_draft_tokens is empty (B=0) but draft_token_ids has T={T} "
-                         "ids: every draft token must belong to a request")
-    prev = torch.cat([cu.new_zeros(1), cu[:-1]])
-    num_draft = cu - prev
-    host_ok = may_read(validate, cu_num_draft_tokens)
-    if host_ok and B > 0:
-        # compared, not subtracted: a difference can wrap around in int64
-        if int(cu[0]) < 0 or bool((cu[1:] < cu[:-1]).any()) or int(cu[-1]) != T:
-            raise ValueError("cu_num_draft_tokens must be non-decreasing, start at >= 0 "
-                             f"and end at T={T} (the number of draft tokens)")
-    if max_num_draft_tokens is None:
-        if tracing() or validate is False:
-            raise ValueError("the flattened layout with validate=False, under torch.compile "
-                             "or CUDA-graph capture needs max_num_draft_tokens (the output "
-                             "width must not depend on tensor values)")
-        max_k = int(num_draft.max()) if B > 0 else 0
-    else:
-        max_k = scalar("max_num_draft_tokens", max_num_draft_tokens, torch.int64,
-                       Range(0, MAX_DRAFT_TOKENS, False, False,
-                             f"an int in [0, {MAX_DRAFT_TOKENS}]"))  # a shape: always checked
-        if host_ok and B > 0 and int(num_draft.max()) > max_k:
-            raise ValueError(f"max_num_draft_tokens={max_k} is smaller than the longest "
-                             f"block in cu_num_draft_tokens ({int(num_draft.max())})")
-    target_row_start = prev + torch.arange(B, device=device, dtype=torch.int64)
-    return B, target_row_start, prev, num_draft, max_k
+class Layout(NamedTuple):
+    """What ``prepare`` derives from the arguments' types, shapes, strides, dtypes and devices
+    alone (never from a value): every check of those has passed.  Cached by ``_layout_key``,
+    which holds everything it was derived from, so a call with the same key would pass the
+    same checks; the value checks (``validate``) run on every call."""
+    flat: bool
+    B: int                      # padded layout; the flattened one: cu_num_draft_tokens' length
+    K: int                      # padded layout: drafts per request
+    V: int                      # the vocabulary the draft ids are checked against
+    tname: str
+    is_probs: bool
+    dname: str
+    unit: bool                  # target and draft have unit stride along V: rows() is a no-op
 
 
-def _padded_rows(B: int, K: int, device):
-    """(target_row_start, draft_row_start, num_draft) of the padded [B, K+1, V] layout."""
-    def make():
-        ar = torch.arange(B, device=device, dtype=torch.int64)
-        return ar * (K + 1), ar * K, torch.full((B,), K, dtype=torch.int64, device=device)
-    return _cache.const(("padded rows", B, K, device), make)
+_LAYOUTS = _cache.Cache("argument layouts")
 
 
-def prepare(target_logits=None, draft_token_ids=None, draft_probs=None, target_probs=None,
-            draft_logits=None, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
-            num_draft_tokens=None, cu_num_draft_tokens=None, seed=None, offset=None,
-            generator=None, max_num_draft_tokens=None, validate=None,
-            vocab_size=None) -> Canonical:
-    """Check everything ``validate`` allows and return the canonical (flattened) arguments
-    of ``specops::verify`` (scalar parameters as Python numbers: ``to_op_tensors``).
-    ``vocab_size``: the global V when the tensors hold a vocabulary shard
-    (specops.distributed): draft ids are checked against it, and the draft rows only for
-    their range (a shard's row does not sum to 1)."""
-    check_validate(validate)
+def _tensor_key(t):
+    """The part of a layout key one tensor argument contributes (None: not a plain tensor or
+    absent, which the checks handle on every call)."""
+    if type(t) is torch.Tensor:                 # not a subclass (fake, functional, ...)
+        return (t.shape, t.stride(), t.dtype, t.device)
+    return None if t is None else False
+
+
+def _layout_key(target_logits, draft_token_ids, draft_probs, target_probs, draft_logits,
+                num_draft_tokens, cu_num_draft_tokens, max_num_draft_tokens, vocab_size):
+    key = (_tensor_key(target_logits), _tensor_key(target_probs),
+           _tensor_key(draft_token_ids), _tensor_key(draft_probs), _tensor_key(draft_logits),
+           _tensor_key(cu_num_draft_tokens), num_draft_tokens is None,
+           max_num_draft_tokens is None, vocab_size)
+    return None if False in key else key
+
+
+def _check_layout(target_logits, draft_token_ids, draft_probs, target_probs, draft_logits,
+                  num_draft_tokens, cu_num_draft_tokens, max_num_draft_tokens,
+                  vocab_size) -> Layout:
+    """Every check of types, shapes, dtypes and devices of the chain's tensors."""
     target, tname, is_probs = pick_target(target_logits, target_probs, draft_probs,
                                           draft_logits, (2, 3))
     device = target.device
@@ -498,138 +511,161 @@ def prepare(target_logits=None, draft_token_ids=None, draft_probs=None, target_p
     if draft is not None and draft.shape[-1] != target.shape[-1]:
         raise ValueError(f"{dname} must have {target.shape[-1]} columns like {tname}, got "
                          f"shape {tuple(draft.shape)}")
-
+    unit = target.stride(-1) == 1 and (draft is None or draft.stride(-1) == 1)
     if flat:
-        B, target_row_start, draft_row_start, num_draft, max_k = _flattened(
-            tname, target, draft_token_ids, draft, dname, cu_num_draft_tokens,
-            num_draft_tokens, max_num_draft_tokens, device, validate)
+        B = _check_flattened(tname, target, draft_token_ids, draft, dname,
+                             cu_num_draft_tokens, num_draft_tokens)
+        return Layout(True, B, -1, V, tname, is_probs, dname, unit)
+    if cu_num_draft_tokens is not None:
+        raise ValueError("cu_num_draft_tokens is for the flattened [N, V] layout; the "
+                         "padded [B, K+1, V] layout takes num_draft_tokens")
+    B, K1, _ = target.shape
+    K = K1 - 1
+    if K < 0:
+        raise ValueError(f"{tname} must have K+1 >= 1 rows per request, got shape "
+                         f"{tuple(target.shape)}")
+    if tuple(draft_token_ids.shape) != (B, K):
+        raise ValueError(f"draft_token_ids must have shape [B, K] = [{B}, {K}] to match "
+                         f"{tname} {tuple(target.shape)}, got {tuple(draft_token_ids.shape)}")
+    if draft is not None and tuple(draft.shape) != (B, K, target.shape[-1]):
+        raise ValueError(f"{dname} must have shape [B, K, V] = [{B}, {K}, "
+                         f"{target.shape[-1]}], got {tuple(draft.shape)}")
+    if max_num_draft_tokens is not None:
+        raise ValueError("max_num_draft_tokens is for the flattened layout; the padded "
+                         "layout's width is K + 1")
+    return Layout(False, B, K, V, tname, is_probs, dname, unit)
+
+
+def _check_flattened(tname, target, draft_token_ids, draft, dname, cu_num_draft_tokens,
+                     num_draft_tokens) -> int:
+    """The shape checks of vLLM's flattened layout; -> B."""
+    if cu_num_draft_tokens is None:
+        raise ValueError(f"{tname} is 2-D [N, V]: the flattened layout needs "
+                         "cu_num_draft_tokens [B]; or pass a [B, K+1, V] tensor")
+    if num_draft_tokens is not None:
+        raise ValueError("num_draft_tokens is for the padded [B, K+1, V] layout; the "
+                         "flattened layout takes cu_num_draft_tokens")
+    check_tensor("cu_num_draft_tokens", cu_num_draft_tokens, ID_DTYPES, (1,))
+    B = cu_num_draft_tokens.shape[0]
+    T = draft_token_ids.shape[0]
+    N = target.shape[0]
+    if N != T + B:
+        raise ValueError(f"{tname} must have T + B = {T} + {B} = {T + B} rows in the "
+                         f"flattened layout (one per draft plus one bonus per request), got {N}")
+    if draft is not None and draft.shape[0] != T:
+        raise ValueError(f"{dname} must have T={T} rows (one per draft token), got "
+                         f"{draft.shape[0]}")
+    if B == 0 and T != 0:
+        raise ValueError(f"cu_num_draft_tokens is empty (B=0) but draft_token_ids has T={T} "
+                         "ids: every draft token must belong to a request")
+    return B
+
+
+def _flattened(cu_num_draft_tokens, T, max_num_draft_tokens, device, validate, graph):
+    """Row starts, per-request draft counts and max_k of vLLM's flattened layout (its values;
+    the shapes passed ``_check_flattened``)."""
+    cu = cu_num_draft_tokens.to(device=device, dtype=torch.int64)
+    B = cu.shape[0]
+    prev = torch.cat([cu.new_zeros(1), cu[:-1]])
+    num_draft = cu - prev
+    host_ok = may_read(validate, cu_num_draft_tokens, graph)
+    if host_ok and B > 0:
+        # compared, not subtracted: a difference can wrap around in int64
+        if int(cu[0]) < 0 or bool((cu[1:] < cu[:-1]).any()) or int(cu[-1]) != T:
+            raise ValueError("cu_num_draft_tokens must be non-decreasing, start at >= 0 "
+                             f"and end at T={T} (the number of draft tokens)")
+    if max_num_draft_tokens is None:
+        if graph or validate is False:
+            raise ValueError("the flattened layout with validate=False, under torch.compile "
+                             "or CUDA-graph capture needs max_num_draft_tokens (the output "
+                             "width must not depend on tensor values)")
+        max_k = int(num_draft.max()) if B > 0 else 0
+    else:
+        max_k = scalar("max_num_draft_tokens", max_num_draft_tokens, torch.int64,
+                       Range(0, MAX_DRAFT_TOKENS, False, False,
+                             f"an int in [0, {MAX_DRAFT_TOKENS}]"))  # a shape: always checked
+        if host_ok and B > 0 and int(num_draft.max()) > max_k:
+            raise ValueError(f"max_num_draft_tokens={max_k} is smaller than the longest "
+                             f"block in cu_num_draft_tokens ({int(num_draft.max())})")
+    target_row_start = prev + torch.arange(B, device=device, dtype=torch.int64)
+    return target_row_start, prev, num_draft, max_k
+
+
+def _padded_rows(B: int, K: int, device, graph=None):
+    """(target_row_start, draft_row_start, num_draft) of the padded [B, K+1, V] layout."""
+    def make():
+        ar = torch.arange(B, device=device, dtype=torch.int64)
+        return ar * (K + 1), ar * K, torch.full((B,), K, dtype=torch.int64, device=device)
+    return _cache.const(("padded rows", B, K, device), make, graph)
+
+
+def _check_ids(ids: torch.Tensor, V: int) -> None:
+    """Every draft id in [-1, V).  A few ids are compared in Python (one read of the values,
+    no reduction kernels); many by one aminmax (an interval: its ends suffice)."""
+    if ids.numel() <= FEW:
+        vals = ids.tolist()
+        lo, hi = min(vals), max(vals)
+    else:
+        lo, hi = (int(v) for v in torch.aminmax(ids))
+    if lo < -1 or hi >= V:
+        raise ValueError(f"draft_token_ids must be in [-1, V={V}) (-1 marks padding)")
+
+
+def prepare(target_logits=None, draft_token_ids=None, draft_probs=None, target_probs=None,
+            draft_logits=None, temperature=1.0, top_k=0, top_p=1.0, min_p=0.0,
+            num_draft_tokens=None, cu_num_draft_tokens=None, seed=None, offset=None,
+            generator=None, max_num_draft_tokens=None, validate=None,
+            vocab_size=None) -> Canonical:
+    """Check everything ``validate`` allows and return the canonical (flattened) arguments
+    of ``specops::verify`` (scalar parameters as Python numbers: ``to_op_tensors``).
+    ``vocab_size``: the global V when the tensors hold a vocabulary shard
+    (specops.distributed): draft ids are checked against it, and the draft rows only for
+    their range (a shard's row does not sum to 1).  The layout checks run once per layout
+    (``Layout``); the value checks on every call."""
+    check_validate(validate)
+    graph = tracing()
+    shapes = (target_logits, draft_token_ids, draft_probs, target_probs, draft_logits,
+              num_draft_tokens, cu_num_draft_tokens, max_num_draft_tokens, vocab_size)
+    key = None if graph else _layout_key(*shapes)
+    lay = None if key is None else _LAYOUTS.entries.get(key)
+    if lay is None:
+        lay = _check_layout(*shapes)
+        if key is not None:
+            _LAYOUTS.get(key, lambda: lay)
+    is_probs = lay.is_probs
+    target = target_probs if is_probs else target_logits
+    draft = draft_probs if draft_probs is not None else draft_logits
+    device = target.device
+    V, B = target.shape[-1], lay.B
+    if lay.flat:
+        target_row_start, draft_row_start, num_draft, max_k = _flattened(
+            cu_num_draft_tokens, draft_token_ids.shape[0], max_num_draft_tokens, device,
+            validate, graph)
         target2, draft2, ids = target, draft, draft_token_ids
     else:
-        if cu_num_draft_tokens is not None:
-            raise ValueError("cu_num_draft_tokens is for the flattened [N, V] layout; the "
-                             "padded [B, K+1, V] layout takes num_draft_tokens")
-        B, K1, _ = target.shape
-        K = K1 - 1
-        if K < 0:
-            raise ValueError(f"{tname} must have K+1 >= 1 rows per request, got shape "
-                             f"{tuple(target.shape)}")
-        if tuple(draft_token_ids.shape) != (B, K):
-            raise ValueError(f"draft_token_ids must have shape [B, K] = [{B}, {K}] to match "
-                             f"{tname} {tuple(target.shape)}, got {tuple(draft_token_ids.shape)}")
-        if draft is not None and tuple(draft.shape) != (B, K, target.shape[-1]):
-            raise ValueError(f"{dname} must have shape [B, K, V] = [{B}, {K}, "
-                             f"{target.shape[-1]}], got {tuple(draft.shape)}")
-        if max_num_draft_tokens is not None:
-            raise ValueError("max_num_draft_tokens is for the flattened layout; the padded "
-                             "layout's width is K + 1")
-        max_k = K
-        target_row_start, draft_row_start, num_draft = _padded_rows(B, K, device)
+        max_k = K = lay.K
+        target_row_start, draft_row_start, num_draft = _padded_rows(B, K, device, graph)
         if num_draft_tokens is not None:
             num_draft = per_request("num_draft_tokens", num_draft_tokens, B, torch.int64,
                                     device, Range(0, K, False, False, f"in [0, K={K}]"),
                                     validate=validate)
-        target2 = target.reshape(B * K1, target.shape[-1])
-        draft2 = None if draft is None else draft.reshape(B * K, target.shape[-1])
+        target2 = target.reshape(B * (K + 1), V)
+        draft2 = None if draft is None else draft.reshape(B * K, V)
         ids = draft_token_ids.reshape(B * K)
-    target2, draft2 = rows(target2), rows(draft2)
-    if ids.numel() > 0 and may_read(validate, ids):
-        lo, hi = torch.aminmax(ids)                 # an interval: ends suffice
-        if int(lo) < -1 or int(hi) >= V:
-            raise ValueError(f"draft_token_ids must be in [-1, V={V}) (-1 marks padding)")
+    if not lay.unit:                            # (a view of a unit-stride row has one)
+        target2, draft2 = rows(target2), rows(draft2)
+    read_ids = ids.numel() > 0 and may_read(validate, ids, graph)
+    if read_ids:
+        _check_ids(ids, lay.V)
     if ids.dtype != torch.int64:
         ids = ids.to(torch.int64)
-    params = sampling_params(temperature, top_k, top_p, min_p, B, device, is_probs, validate)
+    params = sampling_params(temperature, top_k, top_p, min_p, B, device, is_probs, validate,
+                             graph)
     seed_t, offset_t = seeds(seed, offset, generator, B, device, params.all_greedy, validate)
     a = Canonical(target2, is_probs, target_row_start, ids, draft_row_start, num_draft,
                   draft2, draft_probs is not None, params.inv_temp, params.top_k,
-                  params.top_p, params.min_p, seed_t, offset_t, max_k, not flat)
-    if draft_probs is not None and draft2.shape[0] and may_read(validate, draft2) and \
-            may_read(validate, ids) and may_read(validate, num_draft):
+                  params.top_p, params.min_p, seed_t, offset_t, max_k, not lay.flat)
+    if draft_probs is not None and draft2.shape[0] and read_ids and \
+            may_read(validate, num_draft, graph):       # (draft2 is on the ids' device)
         check_draft_probs(a, shard=vocab_size is not None)
     return a
-
-
-# ----------------------------------------------------------------------------- draft rows
-def used_draft_rows(a: Canonical):
-    """-> (used [B, max_k] bool, pos [B, max_k] int64): the draft rows the walk may read
-    (positions before the effective block length of reference section 1: ``j < num_draft``
-    and before the first id -1, rows inside [0, T)), and the row index of each position,
-    ``draft_row_start + j``."""
-    T = a.draft_ids.shape[0]
-    j = torch.arange(a.max_k, device=a.num_draft.device)
-    pos = a.draft_row_start[:, None] + j[None, :]
-    inside = (pos >= 0) & (pos < T)
-    ids = a.draft_ids[pos.clamp(0, max(T - 1, 0))]
-    live = inside & (j[None, :] < a.num_draft[:, None]) & (ids != -1)
-    return live.to(torch.int8).cumprod(1).bool(), pos
-
-
-_NATIVE = []  # [probs_summary or None], resolved at the first check
-
-
-def _native_probs_summary(q):
-    """(lo, hi, smallest row sum, largest row sum) of a CPU float32 [rows, V] tensor by the C++
-    backend's one-read pass (specops._C.probs_summary, rows on torch's thread count), or None
-    where that backend is not built or q is not such a tensor (then torch reductions)."""
-    if not _NATIVE:
-        try:   # (by name: the argument layer does not import the backends' module)
-            _NATIVE.append(importlib.import_module("specops._C").probs_summary)
-        except (ImportError, AttributeError):
-            _NATIVE.append(None)
-    fn = _NATIVE[0]
-    if fn is None or not (q.is_cpu and q.dtype is torch.float32 and q.dim() == 2):
-        return None
-    rows, V = q.shape
-    s0, s1 = q.stride()
-    if rows and (s1 != 1 or s0 < V):
-        return None
-    return fn(q.data_ptr(), rows, V, s0, torch.get_num_threads())
-
-
-def check_draft_probs(a: Canonical, shard: bool = False) -> None:
-    """Every draft_probs row the walk may read is a probability row: finite, every entry in
-    [0, 1], summing to 1 within ``DRAFT_PROBS_TOLERANCE`` (a shard: the range only).
-    ValueError naming the first bad row; a row with entries outside [0, 1] is most likely
-    logits, and the message says so.  One read of the rows (a min, max and sum per row: the C++
-    pass where the backend is built, else torch's reductions); the search for the first bad
-    row the walk reads runs only when it fails (padding rows need not be probability rows)."""
-    q = a.draft
-    summary = _native_probs_summary(q)
-    total = None
-    if summary is not None:                               # the C++ pass: one read, threaded
-        lo, hi, slo, shi = summary
-        if lo >= 0 and hi <= 1 and (shard or (1 - DRAFT_PROBS_TOLERANCE <= slo
-                                              and shi <= 1 + DRAFT_PROBS_TOLERANCE)):
-            return
-    else:
-        lo, hi = (float(v) for v in torch.aminmax(q))     # NaN shows as NaN: fails below
-        total = None if shard else q.sum(-1)
-        if lo >= 0 and hi <= 1:                           # every row, read or not, is fine
-            if shard:
-                return
-            slo, shi = (float(v) for v in torch.aminmax(total))
-            if 1 - DRAFT_PROBS_TOLERANCE <= slo and shi <= 1 + DRAFT_PROBS_TOLERANCE:
-                return
-    if total is None and not shard:                       # (some row fails: find it)
-        total = q.sum(-1)
-    used, pos = used_draft_rows(a)                        # some row is not: is it read?
-    at = pos.clamp(0, q.shape[0] - 1)
-    rlo, rhi = q.amin(-1), q.amax(-1)
-    bad_range = ~((rlo >= 0) & (rhi <= 1))
-    bad = bad_range if shard else bad_range | ~((total - 1).abs() <= DRAFT_PROBS_TOLERANCE)
-    hit = used & bad[at]
-    if not bool(hit.any()):
-        return
-    b, j = (int(v) for v in hit.nonzero()[0])
-    r = int(pos[b, j])
-    where = f"draft_probs row {r} (request {b}, draft position {j})"
-    if not (math.isfinite(float(rlo[r])) and math.isfinite(float(rhi[r]))):
-        raise ValueError(f"{where} holds NaN or inf: draft_probs rows must be the "
-                         "probabilities the drafts were drawn from")
-    if bool(bad_range[r]):
-        raise ValueError(f"{where} has entries outside [0, 1] (min {float(rlo[r]):.4g}, max "
-                         f"{float(rhi[r]):.4g}): did you pass logits? use draft_logits= for "
-                         "the draft model's logits")
-    raise ValueError(f"{where} sums to {float(total[r]):.6g}, not 1 (within "
-                     f"{DRAFT_PROBS_TOLERANCE}): draft_probs rows must be the probabilities "
-                     "the drafts were drawn from (did you pass logits? use draft_logits=)")

@@ -44,8 +44,9 @@ class Cache:
         self.entries: Dict[Hashable, object] = {}
         CACHES.append(self)
 
-    def get(self, key: Hashable, make: Callable[[], object]):
-        if building_graph():
+    def get(self, key: Hashable, make: Callable[[], object], graph=None):
+        """``graph``: the caller's ``building_graph()``, asked once per call."""
+        if building_graph() if graph is None else graph:
             return make()
         hit = self.entries.get(key)
         if hit is None:
@@ -60,14 +61,34 @@ class Cache:
 
 CACHES: List[Cache] = []
 _TENSORS = Cache("constant tensors")
+_MADE: Dict[int, torch.Tensor] = {}     # id -> every tensor _TENSORS made (held: ids stay unique)
+
+
+def _made(make: Callable[[], object]) -> Callable[[], object]:
+    def make_and_note():
+        value = make()
+        if building_graph():                # not cached, and no id() while tracing
+            return value
+        if len(_MADE) >= 4 * MAX_ENTRIES:
+            _MADE.clear()
+        for t in value if isinstance(value, tuple) else (value,):
+            _MADE[id(t)] = t
+        return value
+    return make_and_note
+
+
+def is_constant(t) -> bool:
+    """``t`` is a tensor this module made (never written, never returned to a caller), so
+    anything derived from its address, shape and strides stays true while it is alive."""
+    return _MADE.get(id(t)) is t
 
 
 def const_vec(value, n: int, dtype: torch.dtype, device) -> torch.Tensor:
     """A [n] tensor filled with the Python number ``value``."""
     return _TENSORS.get((type(value), value, n, dtype, device),
-                        lambda: torch.full((n,), value, dtype=dtype, device=device))
+                        _made(lambda: torch.full((n,), value, dtype=dtype, device=device)))
 
 
-def const(key: Hashable, make: Callable[[], object]):
+def const(key: Hashable, make: Callable[[], object], graph=None):
     """Any other constant tensor (or tuple of tensors) of the call, built by ``make``."""
-    return _TENSORS.get(key, make)
+    return _TENSORS.get(key, _made(make), graph)

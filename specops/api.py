@@ -144,13 +144,15 @@ def verify_block(target_logits: Optional[torch.Tensor] = None,
     [B, K] float32 holds beta_j = min(1, sum min(p_j, q_j)) per position read (NaN
     elsewhere; reference section 10).
     """
-    check_method(method)
-    _args.check_bool("return_accept_rates", return_accept_rates)
+    token = type(method) is str and method == "token" and return_accept_rates is False
+    if not token:                               # (the engine's call passes both checks)
+        check_method(method)
+        _args.check_bool("return_accept_rates", return_accept_rates)
     a = _args.prepare(target_logits, draft_token_ids, draft_probs, target_probs, draft_logits,
                       temperature, top_k, top_p, min_p, num_draft_tokens, cu_num_draft_tokens,
                       seed, offset, generator, max_num_draft_tokens, validate=validate)
     name = registry.resolve(backend, a.target.device)
-    if method == "token" and not return_accept_rates:
+    if token:
         return VerifyOutput(*_run_verify(a, name))
     if _args.eager_direct():
         out = _verify_method.run(*a.op_args(), name, method, return_accept_rates)

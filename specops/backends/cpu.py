@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import torch
 
-from specops import _C
+from specops import _C, _cache
 from specops.backends.registry import BackendUnavailable
 
 
@@ -72,17 +72,46 @@ def _mat(t):
     return (t.data_ptr(), _MAT_DTYPES[t.dtype], rows, cols, t.stride()[0])
 
 
+def _matrix(t, probs, keep: list):
+    """The matrix view of ``t`` (``_rows``), its copy, if one is made, held in ``keep``.  The
+    engine's case (a CPU tensor of an accepted dtype, unit column stride) is read with
+    five accessors and no further call."""
+    if type(t) is torch.Tensor and t.is_cpu and t.dim() == 2:
+        code = _MAT_DTYPES.get(t.dtype)
+        if code is not None and (code == 0 or not probs):
+            rows, cols = t.shape
+            s0, s1 = t.stride()
+            if s1 == 1 or cols <= 1:
+                return (t.data_ptr(), code, rows, cols, s0)
+    t = _rows(t, probs)
+    keep.append(t)
+    return _mat(t)
+
+
+_CONST_COLS: dict = {}   # id -> (a constant of specops._cache, the dtype asked, its view)
+
+
 def _col(t, dtype, n: int, name: str, keep: list, ints: bool = False):
     """Column view (address, element stride, dtype code) of a 1-D tensor with >= n entries,
     read in place (any stride, 0 included); `ints`: int32 is read as is too.  A Python number
-    (a value shared by every request) is passed as the number itself."""
+    (a value shared by every request) is passed as the number itself.  The view of one of
+    the argument layer's constants (``_cache.is_constant``: the padded layout's row starts) is
+    remembered: such a tensor is never written, and the entry holds it alive."""
     tt = type(t)
     if tt is float or tt is int:
         return float(t) if dtype is torch.float32 else int(t)
     if tt is torch.Tensor and t.is_cpu:
+        hit = _CONST_COLS.get(id(t))
+        if hit is not None and hit[0] is t and hit[1] is dtype and t.numel() >= n:
+            return hit[2]
         dt = t.dtype
         if (dt is dtype or (ints and dt is torch.int32)) and t.dim() == 1 and t.numel() >= n:
-            return (t.data_ptr(), t.stride()[0], _COL_CODES[dt])  # fast path: read in place
+            view = (t.data_ptr(), t.stride()[0], _COL_CODES[dt])  # fast path: read in place
+            if _cache.is_constant(t):
+                if len(_CONST_COLS) >= 1024:
+                    _CONST_COLS.clear()
+                _CONST_COLS[id(t)] = (t, dtype, view)
+            return view
     t = torch.as_tensor(t).detach()
     if not t.is_cpu:
         t = t.cpu()
@@ -100,7 +129,8 @@ def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start
     same keyword fields; then (its result, the tensors the fields point into, the outputs a
     call writes) is returned."""
     keep: list = []  # converted copies, alive until the call returns
-    tgt = _rows(target, bool(target_is_probs))
+    target_is_probs, draft_is_probs = bool(target_is_probs), bool(draft_is_probs)
+    tgt = _matrix(target, target_is_probs, keep)
     nd = num_draft
     B = nd.numel() if type(nd) is torch.Tensor else len(nd)
     I64, F32 = torch.int64, torch.float32
@@ -108,23 +138,21 @@ def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start
     num_ids = draft_ids.numel() if type(draft_ids) is torch.Tensor else keep[-1].numel()
     dr = None
     if draft is not None:
-        dr = _rows(draft, bool(draft_is_probs))
-        if dr.size(1) != tgt.size(1):
-            raise ValueError(f"specops cpu backend: draft has V={dr.size(1)}, target has "
-                             f"V={tgt.size(1)}")
+        dr = _matrix(draft, draft_is_probs, keep)
+        if dr[3] != tgt[3]:
+            raise ValueError(f"specops cpu backend: draft has V={dr[3]}, target has "
+                             f"V={tgt[3]}")
     max_k = max(int(max_k), 0)
-    tok = torch.empty((B, max_k + 1), dtype=torch.int32)
+    tok = torch.empty(B, max_k + 1, dtype=torch.int32)     # (sizes as ints: no tuple to parse)
     nacc = torch.empty(B, dtype=torch.int32)
     valid = torch.empty(B, dtype=torch.bool)
-    outs = (tok, nacc, valid)
-    if want_rates:
-        outs += (torch.empty((B, max_k), dtype=torch.float32),)
+    rates = torch.empty(B, max_k, dtype=torch.float32) if want_rates else None
     # Fields by keyword, in the order the binding reads them (any order works; this one makes
     # each lookup a single compare).  A per-request parameter that is already a Python float /
     # int goes in as it is (the engine's common call, spared a function call per parameter).
     r = (native or _C.verify)(
-        B=B, target_is_probs=bool(target_is_probs), target=_mat(tgt),
-        draft_is_probs=bool(draft_is_probs), draft=None if dr is None else _mat(dr),
+        B=B, target_is_probs=target_is_probs, target=tgt,
+        draft_is_probs=draft_is_probs, draft=dr,
         max_k=max_k, num_ids=num_ids, draft_ids=ids,
         target_row_start=_col(target_row_start, I64, B, "target_row_start", keep, True),
         draft_row_start=_col(draft_row_start, I64, B, "draft_row_start", keep, True),
@@ -140,10 +168,11 @@ def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start
             forced_num_accepted, I64, B, "forced_num_accepted", keep, True),
         block=method == "block",
         out_tokens=tok.data_ptr(), out_num_accepted=nacc.data_ptr(),
-        out_valid=valid.data_ptr(), out_rates=outs[3].data_ptr() if want_rates else 0,
+        out_valid=valid.data_ptr(), out_rates=0 if rates is None else rates.data_ptr(),
         threads=torch.get_num_threads())
+    outs = (tok, nacc, valid) if rates is None else (tok, nacc, valid, rates)
     if native is not None:
-        return r, keep + [tgt, dr], outs
+        return r, keep + [target, draft], outs
     del keep
     return outs if target.is_cpu else tuple(t.to(target.device) for t in outs)
 
