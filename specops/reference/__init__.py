@@ -419,6 +419,12 @@ contract is an exact reduction, so ranks exchange only per-row numbers.
   computes ``S`` and ``t`` of section 5 (the 128-bit product in 32-bit limbs) and the prefix of
   the ranks before it in vocabulary order; the rank with ``prefix <= t < prefix + S_local``
   finds the token in its cumulative sum; the others offer -1 to the max.
+* *Every request greedy* (known on every rank: the same temperatures, and with the layout
+  check the ranks' flags are OR-ed): each ``p_j`` is the one-hot at the row's global argmax,
+  so after the maxima every rank knows ``p_j(y_j) = 1`` iff the row is valid and its argmax is
+  ``y_j`` (else 0); ``q`` is never read and nothing is drawn.  Such a call skips the masses
+  (unless target-probability rows need them for their check), the walk's and the draw's
+  exchanges: the same numbers, so the same tokens, rates and flags.
 
 The only per-call host agreement needed: every rank passes the same arguments except the
 shards.  Without ``seed``, the seeds drawn on the group's first rank are broadcast (otherwise
