@@ -393,3 +393,39 @@ def test_all_greedy_call_skips_the_sampling_exchanges(isa):
             for a, b in zip(_fields(got), _fields(want)):
                 assert torch.equal(a.view(torch.int32) if a.is_floating_point() else a,
                                    b.view(torch.int32) if b.is_floating_point() else b)
+
+
+@pytest.mark.parametrize("draft", ["probs", "none", "logits"])
+def test_p_of_y_rides_on_the_masses_exchange(isa, draft):
+    """Sampled logits rows on the C++ path: p_j(y_j) and q_j(y_j) travel with the masses (one
+    hop fewer) unless the walk needs its own exchange anyway (beta sums of the rates with a
+    draft) or p(y) does not follow from e(y) (draft logits); tokens, rates and flags equal
+    the reference backend's either way (a greedy request, top-k / top-p / min-p rows, an
+    invalid row, block verification).  Catches p(y) computed from e(y) with another rounding
+    or cut than the renormalisation, a greedy row's one-hot missed, a block's residual sums
+    read from rows still holding e, or the fold switched off (or on where it cannot be)."""
+    import specops
+    B, K, Vs = 4, 3, 300
+    g = torch.Generator().manual_seed(seed_of("fold", isa, draft))
+    target = torch.randn(B, K + 1, Vs, generator=g) * 2
+    dl = target[:, :K] + torch.randn(B, K, Vs, generator=g)
+    q = torch.softmax(dl, -1)
+    ids = torch.multinomial(q.view(-1, Vs), 1, generator=g).view(B, K)
+    ids[:, 0] = target[:, 0].argmax(-1)
+    target[2, 1, 3] = float("nan")                         # an invalid row
+    side = dict(probs=dict(draft_probs=q), none={}, logits=dict(draft_logits=dl))[draft]
+    filters = dict(temperature=[0.8, 0.0, 1.1, 0.7], top_k=[0, 0, 20, 0],
+                   top_p=[0.9, 1.0, 1.0, 0.8], min_p=[0.0, 0.0, 0.02, 0.0])
+    for extra in ({}, dict(return_accept_rates=True), dict(method="block")):
+        kw = dict(target_logits=target, draft_token_ids=ids, seed=torch.arange(B), offset=1,
+                  **side, **filters, **extra)
+        with sd.record_exchange() as log:
+            got = sd.verify_block(**kw, vocab_start=0, vocab_size=Vs, validate=False)
+        want = specops.verify_block(**kw, backend="reference")
+        folded = draft != "logits" and not (draft == "probs" and extra.get("return_accept_rates"))
+        whats = [e.what for e in log]
+        assert ("masses, p(y), q(y)" in whats) == folded, whats
+        assert ("p(y), q(y), beta sums" in whats) == (not folded), whats
+        for a, b in zip(_fields(got), _fields(want)):
+            assert torch.equal(a.view(torch.int32) if a.is_floating_point() else a,
+                               b.view(torch.int32) if b.is_floating_point() else b), extra

@@ -40,6 +40,7 @@ class ShardRows(NamedTuple):
     valid: torch.Tensor
     argmax: torch.Tensor
     pending: Optional["Pending"] = None
+    peeked: Optional[torch.Tensor] = None
 
 
 class Pending:
@@ -163,7 +164,8 @@ def _row_stats(rows, is_probs, inv_t, greedy, gidx):
 
 def transform(comm, blocks: List[RowSource], inv_t, top_k, top_p, min_p,
               vocab_start: int, V: int, has_topk: bool, has_topp: bool,
-              sampled: bool = True, lazy: Optional[torch.Tensor] = None) -> ShardRows:
+              sampled: bool = True, lazy: Optional[torch.Tensor] = None,
+              peek=None) -> ShardRows:
     """Rows of every block with per-row parameters [R] (the blocks' rows in order) ->
     ``ShardRows``.  ``has_topk`` / ``has_topp``: whether any row may filter (False leaves
     the radix rounds out); ``sampled``: whether any row may be non-greedy (False leaves the
@@ -175,7 +177,10 @@ def transform(comm, blocks: List[RowSource], inv_t, top_k, top_p, min_p,
     ``sampled`` False (every row greedy on every rank): p is not written at all (the walk
     reads only valid and argmax then) and, with logits rows only, the masses (all zero) are
     not exchanged.  ``lazy`` [R] bool (C++ passes only): rows whose renormalisation may be
-    left pending (``ShardRows.pending``)."""
+    left pending (``ShardRows.pending``).  ``peek`` (rows [n], columns [n], own [n], extra
+    [n] int64 tensors): the float32 bits of the buffer at (row, column) after the exp pass
+    where own (0 elsewhere), and the extra columns, summed over the ranks in the masses'
+    exchange: ``ShardRows.peeked`` [R, 1 + len(extra)] (zero on rows not named)."""
     dev = inv_t.device
     R = inv_t.shape[0]
     Vl = blocks[0].tensor.shape[-1]
@@ -262,7 +267,17 @@ def transform(comm, blocks: List[RowSource], inv_t, top_k, top_p, min_p,
         E = (e * E_SCALE).to(torch.int64)
         mass[r0:r1, 0] = E.sum(1)
         mass[r0:r1, 1] = torch.where(e >= min_p[r0:r1, None], E, 0).sum(1)
-    if sampled or any(src.is_probs for src in blocks):
+    peeked = None
+    if peek is not None:
+        ri, col, own, extra = peek
+        cols = torch.zeros((R, 1 + len(extra)), dtype=torch.int64, device=dev)
+        v = p_out[ri, col].view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+        cols[ri.reshape(-1), 0] = torch.where(own, v, 0).reshape(-1)
+        for i, x in enumerate(extra):
+            cols[ri.reshape(-1), 1 + i] = x.reshape(-1)
+        mass = comm.all_reduce(torch.cat([mass, cols], 1), "sum", "masses, p(y), q(y)")
+        mass, peeked = mass[:, :2], mass[:, 2:]
+    elif sampled or any(src.is_probs for src in blocks):
         mass = comm.all_reduce(mass, "sum", "masses")
     total = mass[:, 0]
     valid &= is_logits | ((total > 0) & (total <= (1 << (_ref.P_CHECK_BITS + 2))))
@@ -302,7 +317,7 @@ def transform(comm, blocks: List[RowSource], inv_t, top_k, top_p, min_p,
         local = argmax[g_rows] - vocab_start
         own = (local >= 0) & (local < Vl)
         p_out[g_rows[own], local[own]] = 1.0
-        return ShardRows(p_out, valid, argmax, pending)
+        return ShardRows(p_out, valid, argmax, pending, peeked)
     for r0, r1, _ in spans:
         onehot = gidx[None, :] == argmax[r0:r1, None]
         p_out[r0:r1] = torch.where((greedy & valid)[r0:r1, None], onehot.float(), p_out[r0:r1])

@@ -162,25 +162,42 @@ def verify(comm, a: Canonical, vocab_start: int, V: int, method: str, want_rates
     # where it sums weights: their renormalisation waits until a pass reads them.
     R = params[0].shape[0]
     lazy = torch.arange(R, device=dev) < nt if _native.usable(dev) and M > 0 else None
+    Q = None
+    if a.draft is not None and M > 0 and not qlog:
+        Q = _Rows(a.draft.view(B, M, Vl)) if d_in_order else \
+            _Rows(src=a.draft, index=d_index)
+    local = ids - vocab_start
+    own = (local >= 0) & (local < Vl)
+    lc = local.clamp(0, Vl - 1)
+    # p_j(y_j), q_j(y_j) ride on the masses exchange where nothing else of the walk's
+    # exchange is needed (no beta sums) and p(y) follows from e(y) (logits target rows on
+    # the C++ path, a draft given as probabilities or a point mass): one hop fewer.
+    t_rows = torch.arange(nt, device=dev).view(B, M + 1)[:, :M]      # (b, j < M) rows
+    peek = None
+    if lazy is not None and sampled and not qlog and not a.target_is_probs and \
+            not (want_rates and Q is not None):
+        peek = (t_rows, lc, own,
+                [] if Q is None else [torch.where(own, _bits(Q.values(lc)), 0)])
     rows = transform(comm, blocks, *params, vocab_start, V, has_topk, has_topp, sampled,
-                     lazy)
+                     lazy, peek)
     pend = rows.pending
     P = _Rows(rows.p[:nt].view(B, M + 1, Vl))
     t_ok = rows.valid[:nt].view(B, M + 1) & t_in                      # full row check
     t_arg = rows.argmax[:nt].view(B, M + 1)
-    Q = None
     if qlog:
         q_ok = rows.valid[nt:].view(B, M)
         rows.p[nt:].masked_fill_(~q_ok.reshape(-1, 1), float("nan"))  # unusable: q = NaN
         Q = _Rows(rows.p[nt:].view(B, M, Vl))
-    elif a.draft is not None and M > 0:
-        Q = _Rows(a.draft.view(B, M, Vl)) if d_in_order else \
-            _Rows(src=a.draft, index=d_index)
+    t_valid = rows.valid[:nt].view(B, M + 1)[:, :M]
+    if peek is not None:
+        # The values exchanged with the masses: e(y) on a hot row (p from it, as the
+        # renormalisation computes it), 0 on any other logits row (zeroed by the exp pass),
+        # where a valid greedy row's p(y) is its one-hot.
+        got_y = rows.peeked[:nt].view(B, M + 1, -1)[:, :M]
+        p_peek = pend.p_at(t_rows, _from_bits(got_y[..., 0]))
+        p_peek = torch.where(greedy[:, None] & t_valid & (t_arg[:, :M] == ids), 1.0, p_peek)
 
     # Round: p_j(y_j), q_j(y_j) from the rank owning y_j (and the beta sums).
-    local = ids - vocab_start
-    own = (local >= 0) & (local < Vl)
-    lc = local.clamp(0, Vl - 1)
 
     def onehot(b0, b1):                                               # [c, M, V_local]
         oh = torch.zeros((b1 - b0, M, Vl), dtype=torch.bool, device=dev)
@@ -205,16 +222,20 @@ def verify(comm, a: Canonical, vocab_start: int, V: int, method: str, want_rates
                             else kind, torch.ones(n, dtype=torch.float64) if rho is None
                             else rho.reshape(-1))
 
-    if sampled:
+    if pend is not None and sampled and ((want_rates and Q is not None) or
+                                         (method == "block" and M > 1)):
+        pend.finish(fp[1][:, :M])                  # every draft position's row is summed
+    if peek is not None:
+        got = None
+        p_y = p_peek.double()
+        q_y = _from_bits(got_y[..., 1]).double() if Q is not None else torch.ones_like(p_y)
+    elif sampled:
         p_own = Pm.values(lc)
         if pend is not None:
             p_own = pend.p_at(fp[1][:, :M], p_own)
         parts = [torch.where(own, _bits(p_own), 0)]
         if Q is not None:
             parts.append(torch.where(own, _bits(Q.values(lc)), 0))
-        if pend is not None and ((want_rates and Q is not None) or
-                                 (method == "block" and M > 1)):
-            pend.finish(fp[1][:, :M])              # every draft position's row is summed
         if want_rates and Q is not None and native:
             parts.append(_native.row_sums(refs(fp[1][:, :M], fq[1], _native.MIN), False)[:, 0]
                          .view(B, M))
@@ -235,7 +256,7 @@ def verify(comm, a: Canonical, vocab_start: int, V: int, method: str, want_rates
         # without an exchange, q is never read (greedy rows accept y_j == argmax), and nothing
         # is drawn.  The walk below then gives the tokens the exchanged numbers give.
         got = None
-        p_y = (rows.valid[:nt].view(B, M + 1)[:, :M] & (t_arg[:, :M] == ids)).double()
+        p_y = (t_valid & (t_arg[:, :M] == ids)).double()
         q_y = torch.ones_like(p_y)
 
     philox = _native.stream if _native.usable(dev) else stream
