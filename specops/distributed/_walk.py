@@ -197,8 +197,8 @@ def verify(comm, a: Canonical, vocab_start: int, V: int, method: str, want_rates
         p_peek = pend.p_at(t_rows, _from_bits(got_y[..., 0]))
         p_peek = torch.where(greedy[:, None] & t_valid & (t_arg[:, :M] == ids), 1.0, p_peek)
 
-    # Round: p_j(y_j), q_j(y_j) from the rank owning y_j (and the beta sums).
-
+    # Round: p_j(y_j), q_j(y_j) from the rank owning y_j (and the beta sums), unless they
+    # came with the masses (peek) or every row is greedy.
     def onehot(b0, b1):                                               # [c, M, V_local]
         oh = torch.zeros((b1 - b0, M, Vl), dtype=torch.bool, device=dev)
         return oh.scatter_(2, lc[b0:b1, :, None], own[b0:b1, :, None])
@@ -267,7 +267,7 @@ def verify(comm, a: Canonical, vocab_start: int, V: int, method: str, want_rates
     rates = None
     if want_rates:                      # section 10: p(y) for point masses and greedy rows
         rates = p_y.float()
-        if Q is not None and sampled:
+        if Q is not None and got is not None:         # the beta sums were exchanged
             rates = torch.where(g, rates, rate_of_sum(got[..., 2]))
 
     block = method == "block"
