@@ -247,6 +247,13 @@ def test_row_sums_and_draw_search_equal_torch(isa, point_mass):
     assert (total == 0).any() or point_mass                # a row of no mass: idx = V
 
 
+def _fields(out):
+    """Every output tensor of a call: iterating a RatedVerifyOutput yields only the first
+    three (a zip over it would never compare the rates)."""
+    return [getattr(out, n) for n in ("token_ids", "num_accepted", "valid", "accept_rates")
+            if hasattr(out, n)]
+
+
 SETTINGS = [dict(temperature=0.0), dict(temperature=0.8),
             dict(temperature=[0.8, 0.0, 1.1, 0.8], top_p=[0.95, 1.0, 0.9, 0.8], top_k=[0, 0, 50, 7],
                  min_p=[0.0, 0.0, 0.05, 0.0])]
@@ -283,7 +290,7 @@ def test_sharded_call_native_equals_torch(isa, setting, draft, monkeypatch):
                 out[native] = sd.verify_block(**kw, **SETTINGS[setting], **extra)
             finally:
                 _native._ENABLED[0] = True
-        for a, b in zip(out[True], out[False]):
+        for a, b in zip(_fields(out[True]), _fields(out[False])):
             assert torch.equal(a.view(torch.int32) if a.is_floating_point() else a,
                                b.view(torch.int32) if b.is_floating_point() else b)
 
@@ -310,6 +317,115 @@ def test_threads_give_the_same_tokens(isa):
             out[n] = sd.verify_block(**kw)
     finally:
         torch.set_num_threads(before)
-    for a, b in zip(out[1], out[3]):
+    for a, b in zip(_fields(out[1]), _fields(out[3])):
         assert torch.equal(a.view(torch.int32) if a.is_floating_point() else a,
                            b.view(torch.int32) if b.is_floating_point() else b)
+
+
+def test_stream_equals_torch_philox():
+    """``_native.stream`` (core/philox.h) against ``_contract.stream`` (torch int64 Philox),
+    both tags, seeds and offsets using all 64 bits (negative int64 patterns included):
+    catches swapped words, a 32-bit truncated seed / offset, or the tag in the wrong
+    counter word (any of which moves every draw)."""
+    from specops._contract import stream
+    rng = np.random.default_rng(seed_of("stream"))
+    seed = torch.from_numpy(rng.integers(-2 ** 63, 2 ** 63 - 1, 9, dtype=np.int64))
+    offset = torch.from_numpy(rng.integers(-2 ** 63, 2 ** 63 - 1, 9, dtype=np.int64))
+    seed[0], offset[0] = 0, 0
+    for tag in (R.TAG_ACCEPT, R.TAG_SAMPLE):
+        for a, b in zip(_native.stream(seed, offset, 5, tag), stream(seed, offset, 5, tag)):
+            assert torch.equal(a, b), tag
+
+
+def test_pending_rows_equal_materialized(isa):
+    """The lazy renormalisation (``_transform.Pending``): p read from e at single entries
+    (``p_at``) and rows finished late (``finish`` on a subset, twice) equal the rows
+    ``materialize`` writes at once; rows not asked for keep e.  Catches p(y) computed with
+    another rounding than the pass, a row finished twice (p renormalised again), or a row
+    finished that was not asked for."""
+    x, m, thr, hot, min_p = _hot_rows(seed_of("pending", isa))
+    e = torch.where(hot[:, None] & (x >= thr[:, None]), _transform.pexp(x - m[:, None]), 0.0)
+    div = (e * _transform.E_SCALE).to(torch.int64).sum(1).clamp(min=1).double()
+    div[4] = 2.0 ** 62                                     # p below FLT_MIN: flushed
+    cut = torch.maximum(min_p, torch.where(torch.arange(len(hot)) % 3 == 0, 1e-3, 0.0))
+    want = e.clone()
+    _native.materialize(want, hot, cut, div)
+    rows = e.clone()
+    pend = _transform.Pending(rows, hot.clone(), cut, div)
+    n = rows.shape[0]
+    r = torch.arange(n)[:, None].expand(n, 6)
+    c = torch.from_numpy(np.random.default_rng(1).integers(0, V, (n, 6)))
+    got = pend.p_at(r, rows[r, c])
+    assert torch.equal(got.view(torch.int32), want[r, c].view(torch.int32))
+    some = torch.tensor([1, 4, 5])
+    pend.finish(some)
+    pend.finish(torch.tensor([[4, 6]]))                    # 4 again: must stay as it was
+    done = torch.zeros(n, dtype=torch.bool)
+    done[[1, 4, 5, 6]] = True
+    assert torch.equal(rows[done].view(torch.int32), want[done].view(torch.int32))
+    assert torch.equal(rows[~done], e[~done])
+    assert torch.equal(pend.left, hot & ~done)
+
+
+def test_all_greedy_call_skips_the_sampling_exchanges(isa):
+    """Every request greedy: the call exchanges only the row statistics (no masses, no
+    p(y) / q(y), no draw) and still returns the single-device call's outputs (the reference
+    backend; rates on, block and token-wise, an invalid row, a point mass and draft probs).
+    Catches the greedy shortcut taking p(y) from the wrong row, accepting on an invalid row,
+    or the exchanges coming back (each one a latency hop between ranks)."""
+    import specops
+    B, K, Vs = 4, 3, 300
+    g = torch.Generator().manual_seed(seed_of("greedy", isa))
+    target = torch.randn(B, K + 1, Vs, generator=g) * 2
+    q = torch.softmax(target[:, :K] + torch.randn(B, K, Vs, generator=g), -1)
+    ids = torch.multinomial(q.view(-1, Vs), 1, generator=g).view(B, K)
+    ids[:, :2] = target[:, :2].argmax(-1)                  # accepts, then (mostly) a stop
+    target[1, 1, 7] = float("nan")                         # an invalid row
+    for draft in ({}, dict(draft_probs=q)):
+        for extra in ({}, dict(method="block", return_accept_rates=True)):
+            kw = dict(target_logits=target, draft_token_ids=ids, seed=torch.arange(B),
+                      offset=0, temperature=0.0, **draft, **extra)
+            with sd.record_exchange() as log:
+                got = sd.verify_block(**kw, vocab_start=0, vocab_size=Vs, validate=False)
+            want = specops.verify_block(**kw, backend="reference")
+            assert [e.what for e in log] == ["row max / argmax / validity"]
+            assert hasattr(got, "accept_rates") == bool(extra)
+            for a, b in zip(_fields(got), _fields(want)):
+                assert torch.equal(a.view(torch.int32) if a.is_floating_point() else a,
+                                   b.view(torch.int32) if b.is_floating_point() else b)
+
+
+@pytest.mark.parametrize("draft", ["probs", "none", "logits"])
+def test_p_of_y_rides_on_the_masses_exchange(isa, draft):
+    """Sampled logits rows on the C++ path: p_j(y_j) and q_j(y_j) travel with the masses (one
+    hop fewer) unless the walk needs its own exchange anyway (beta sums of the rates with a
+    draft) or p(y) does not follow from e(y) (draft logits); tokens, rates and flags equal
+    the reference backend's either way (a greedy request, top-k / top-p / min-p rows, an
+    invalid row, block verification).  Catches p(y) computed from e(y) with another rounding
+    or cut than the renormalisation, a greedy row's one-hot missed, a block's residual sums
+    read from rows still holding e, or the fold switched off (or on where it cannot be)."""
+    import specops
+    B, K, Vs = 4, 3, 300
+    g = torch.Generator().manual_seed(seed_of("fold", isa, draft))
+    target = torch.randn(B, K + 1, Vs, generator=g) * 2
+    dl = target[:, :K] + torch.randn(B, K, Vs, generator=g)
+    q = torch.softmax(dl, -1)
+    ids = torch.multinomial(q.view(-1, Vs), 1, generator=g).view(B, K)
+    ids[:, 0] = target[:, 0].argmax(-1)
+    target[2, 1, 3] = float("nan")                         # an invalid row
+    side = dict(probs=dict(draft_probs=q), none={}, logits=dict(draft_logits=dl))[draft]
+    filters = dict(temperature=[0.8, 0.0, 1.1, 0.7], top_k=[0, 0, 20, 0],
+                   top_p=[0.9, 1.0, 1.0, 0.8], min_p=[0.0, 0.0, 0.02, 0.0])
+    for extra in ({}, dict(return_accept_rates=True), dict(method="block")):
+        kw = dict(target_logits=target, draft_token_ids=ids, seed=torch.arange(B), offset=1,
+                  **side, **filters, **extra)
+        with sd.record_exchange() as log:
+            got = sd.verify_block(**kw, vocab_start=0, vocab_size=Vs, validate=False)
+        want = specops.verify_block(**kw, backend="reference")
+        folded = draft != "logits" and not (draft == "probs" and extra.get("return_accept_rates"))
+        whats = [e.what for e in log]
+        assert ("masses, p(y), q(y)" in whats) == folded, whats
+        assert ("p(y), q(y), beta sums" in whats) == (not folded), whats
+        for a, b in zip(_fields(got), _fields(want)):
+            assert torch.equal(a.view(torch.int32) if a.is_floating_point() else a,
+                               b.view(torch.int32) if b.is_floating_point() else b), extra

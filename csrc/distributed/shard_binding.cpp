@@ -6,6 +6,7 @@
 
 #include <cstdint>
 
+#include "core/philox.h"
 #include "distributed/shard_passes.h"
 #include "simd/passes.h"
 
@@ -112,4 +113,28 @@ void bind_shard_passes(py::module_& m) {
       py::arg("n"), py::arg("V"), py::arg("t"), py::arg("idx"), py::arg("threads"),
       "The draw's search inside a shard: idx[r] = searchsorted(cumsum(weights), t[r], "
       "right=True) where t[r] >= 0");
+  m.def(
+      "shard_stream",
+      [](uint64_t seed, uint64_t offset, int64_t n, int64_t positions, int64_t tag,
+         uint64_t w0, uint64_t w1) {
+        // The words _contract.stream computes in torch int64 arithmetic, from the same
+        // Philox (core/philox.h): seed / offset [n] int64 (two's complement words), w0 / w1
+        // [n, positions] int64 holding uint32 values.
+        const int64_t* sd = ptr<const int64_t>(seed);
+        const int64_t* of = ptr<const int64_t>(offset);
+        int64_t* o0 = ptr<int64_t>(w0);
+        int64_t* o1 = ptr<int64_t>(w1);
+        py::gil_scoped_release nogil;
+        for (int64_t r = 0; r < n; ++r)
+          for (int64_t j = 0; j < positions; ++j) {
+            const specops::Philox4 w = specops::stream_words(
+                uint64_t(sd[r]), uint64_t(of[r]), uint64_t(j), uint32_t(tag));
+            o0[r * positions + j] = int64_t(w.w[0]);
+            o1[r * positions + j] = int64_t(w.w[1]);
+          }
+      },
+      py::kw_only(), py::arg("seed"), py::arg("offset"), py::arg("n"), py::arg("positions"),
+      py::arg("tag"), py::arg("w0"), py::arg("w1"),
+      "Philox words (w0, w1) [n, positions] of every request's stream at (j, tag): "
+      "_contract.stream in one native loop");
 }

@@ -33,10 +33,46 @@ GPU_CHUNK_ELEMENTS = 1 << 24        # per chunk on a GPU: 64 MiB of float32
 class ShardRows(NamedTuple):
     """p [R, V_local] float32: this shard's columns of each row's probabilities (a
     probability row's own values where it is not greedy); valid [R] bool; argmax [R] int64:
-    the global lowest-index argmax of the row (logits, or probabilities)."""
+    the global lowest-index argmax of the row (logits, or probabilities).  ``pending``
+    (``lazy`` transforms only, else None): the rows whose p is not written yet, which hold
+    e instead (``Pending``: ``finish`` writes them, ``p_at`` reads p from e)."""
     p: torch.Tensor
     valid: torch.Tensor
     argmax: torch.Tensor
+    pending: Optional["Pending"] = None
+    peeked: Optional[torch.Tensor] = None
+
+
+class Pending:
+    """The renormalisation of the hot rows left for later (C++ passes only): most rows of a
+    call are read at one column (p(y)) or not at all, so writing p for every row (a read and
+    a write of the rows' size) is work nobody reads.  ``left`` [R] bool: rows still holding
+    e; ``cut`` [R] float32, ``div`` [R] float64: their renormalisation (the same numbers
+    ``materialize`` takes, so a row finished late equals one finished at once)."""
+
+    def __init__(self, p: torch.Tensor, left: torch.Tensor, cut: torch.Tensor,
+                 div: torch.Tensor):
+        self.p, self.left, self.cut, self.div = p, left, cut, div
+
+    def finish(self, rows: torch.Tensor) -> None:
+        """Writes p into the rows ``rows`` (any shape of row indices into ``p``) still
+        holding e; one native call over the buffer (rows not asked for are skipped)."""
+        want = torch.zeros_like(self.left)
+        want[rows.reshape(-1)] = True
+        want &= self.left
+        if bool(want.any()):
+            _native.materialize(self.p, want, self.cut, self.div)
+            self.left &= ~want
+
+    def p_at(self, rows: torch.Tensor, vals: torch.Tensor) -> torch.Tensor:
+        """p from ``vals`` read at rows ``rows`` (same shape): where the row still holds e,
+        the renormalisation of that one entry (the torch path's formula, which the C++ pass
+        equals bit for bit: tests/test_shard_passes.py)."""
+        left = self.left[rows]
+        e = vals
+        p = (e.double() * E_SCALE / self.div[rows]).float()
+        p = torch.where((e >= self.cut[rows]) & (p >= _FLT_MIN), p, 0.0)
+        return torch.where(left, p, vals)
 
 
 class RowSource(NamedTuple):
@@ -128,14 +164,23 @@ def _row_stats(rows, is_probs, inv_t, greedy, gidx):
 
 def transform(comm, blocks: List[RowSource], inv_t, top_k, top_p, min_p,
               vocab_start: int, V: int, has_topk: bool, has_topp: bool,
-              sampled: bool = True) -> ShardRows:
+              sampled: bool = True, lazy: Optional[torch.Tensor] = None,
+              peek=None) -> ShardRows:
     """Rows of every block with per-row parameters [R] (the blocks' rows in order) ->
     ``ShardRows``.  ``has_topk`` / ``has_topp``: whether any row may filter (False leaves
     the radix rounds out); ``sampled``: whether any row may be non-greedy (False leaves the
     exp pass out).  The rows are copied (as float32, exact) into the output buffer a few at
     a time and transformed there: the output is the only buffer of the rows' size (on the
     CPU the C++ passes read float32 logits in place and write x into the buffer, which is
-    reused between calls: ``_native.buffer``)."""
+    reused between calls: ``_native.buffer``).
+
+    ``sampled`` False (every row greedy on every rank): p is not written at all (the walk
+    reads only valid and argmax then) and, with logits rows only, the masses (all zero) are
+    not exchanged.  ``lazy`` [R] bool (C++ passes only): rows whose renormalisation may be
+    left pending (``ShardRows.pending``).  ``peek`` (rows [n], columns [n], own [n], extra
+    [n] int64 tensors): the float32 bits of the buffer at (row, column) after the exp pass
+    where own (0 elsewhere), and the extra columns, summed over the ranks in the masses'
+    exchange: ``ShardRows.peeked`` [R, 1 + len(extra)] (zero on rows not named)."""
     dev = inv_t.device
     R = inv_t.shape[0]
     Vl = blocks[0].tensor.shape[-1]
@@ -209,8 +254,7 @@ def transform(comm, blocks: List[RowSource], inv_t, top_k, top_p, min_p,
             mass[r0:r1, 0] = torch.where(inside, p.double() * float(2 ** _ref.P_CHECK_BITS),
                                          0.0).to(torch.int64).sum(1)
             continue
-        if not sampled:
-            p_out[r0:r1] = 0.0           # every row greedy: one-hot below where valid
+        if not sampled:                  # every row greedy: p is not read (docstring)
             continue
         if native:
             mass[r0:r1] = _native.masses(p_out[r0:r1], m[r0:r1], thr[r0:r1], hot[r0:r1],
@@ -223,7 +267,18 @@ def transform(comm, blocks: List[RowSource], inv_t, top_k, top_p, min_p,
         E = (e * E_SCALE).to(torch.int64)
         mass[r0:r1, 0] = E.sum(1)
         mass[r0:r1, 1] = torch.where(e >= min_p[r0:r1, None], E, 0).sum(1)
-    mass = comm.all_reduce(mass, "sum", "masses")
+    peeked = None
+    if peek is not None:
+        ri, col, own, extra = peek
+        cols = torch.zeros((R, 1 + len(extra)), dtype=torch.int64, device=dev)
+        v = p_out[ri, col].view(torch.int32).to(torch.int64) & 0xFFFFFFFF
+        cols[ri.reshape(-1), 0] = torch.where(own, v, 0).reshape(-1)
+        for i, x in enumerate(extra):
+            cols[ri.reshape(-1), 1 + i] = x.reshape(-1)
+        mass = comm.all_reduce(torch.cat([mass, cols], 1), "sum", "masses, p(y), q(y)")
+        mass, peeked = mass[:, :2], mass[:, 2:]
+    elif sampled or any(src.is_probs for src in blocks):
+        mass = comm.all_reduce(mass, "sum", "masses")
     total = mass[:, 0]
     valid &= is_logits | ((total > 0) & (total <= (1 << (_ref.P_CHECK_BITS + 2))))
 
@@ -242,6 +297,12 @@ def transform(comm, blocks: List[RowSource], inv_t, top_k, top_p, min_p,
         S_keep = torch.where(p_on & ~(min_p > tau), S_tau, S_keep)
     cut = torch.maximum(tau, min_p)
     div = S_keep.clamp(min=1).double()
+    if not sampled:
+        return ShardRows(p_out, valid, argmax)
+    pending = None
+    if native and lazy is not None and logit_spans:
+        pending = Pending(p_out, hot & lazy, cut, div)
+        hot = hot & ~lazy
     for r0, r1 in logit_spans:
         if native:
             _native.materialize(p_out[r0:r1], hot[r0:r1], cut[r0:r1], div[r0:r1])
@@ -256,7 +317,7 @@ def transform(comm, blocks: List[RowSource], inv_t, top_k, top_p, min_p,
         local = argmax[g_rows] - vocab_start
         own = (local >= 0) & (local < Vl)
         p_out[g_rows[own], local[own]] = 1.0
-        return ShardRows(p_out, valid, argmax)
+        return ShardRows(p_out, valid, argmax, pending, peeked)
     for r0, r1, _ in spans:
         onehot = gidx[None, :] == argmax[r0:r1, None]
         p_out[r0:r1] = torch.where((greedy & valid)[r0:r1, None], onehot.float(), p_out[r0:r1])

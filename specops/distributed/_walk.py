@@ -157,37 +157,60 @@ def verify(comm, a: Canonical, vocab_start: int, V: int, method: str, want_rates
         blocks.append(RowSource(a.draft, None if d_in_order else d_index.reshape(-1), False))
         params = [torch.cat([p, rep(t, M)]) for p, t in
                   zip(params, (a.inv_temp, a.top_k, a.top_p, a.min_p))]
-    rows = transform(comm, blocks, *params, vocab_start, V, has_topk, has_topp, sampled)
     nt = B * (M + 1)
+    # The C++ walk reads p at one column of most target rows (p(y)) and whole rows only
+    # where it sums weights: their renormalisation waits until a pass reads them.
+    R = params[0].shape[0]
+    lazy = torch.arange(R, device=dev) < nt if _native.usable(dev) and M > 0 else None
+    Q = None
+    if a.draft is not None and M > 0 and not qlog:
+        Q = _Rows(a.draft.view(B, M, Vl)) if d_in_order else \
+            _Rows(src=a.draft, index=d_index)
+    local = ids - vocab_start
+    own = (local >= 0) & (local < Vl)
+    lc = local.clamp(0, Vl - 1)
+    # p_j(y_j), q_j(y_j) ride on the masses exchange where nothing else of the walk's
+    # exchange is needed (no beta sums) and p(y) follows from e(y) (logits target rows on
+    # the C++ path, a draft given as probabilities or a point mass): one hop fewer.
+    t_rows = torch.arange(nt, device=dev).view(B, M + 1)[:, :M]      # (b, j < M) rows
+    peek = None
+    if lazy is not None and sampled and not qlog and not a.target_is_probs and \
+            not (want_rates and Q is not None):
+        peek = (t_rows, lc, own,
+                [] if Q is None else [torch.where(own, _bits(Q.values(lc)), 0)])
+    rows = transform(comm, blocks, *params, vocab_start, V, has_topk, has_topp, sampled,
+                     lazy, peek)
+    pend = rows.pending
     P = _Rows(rows.p[:nt].view(B, M + 1, Vl))
     t_ok = rows.valid[:nt].view(B, M + 1) & t_in                      # full row check
     t_arg = rows.argmax[:nt].view(B, M + 1)
-    Q = None
     if qlog:
         q_ok = rows.valid[nt:].view(B, M)
         rows.p[nt:].masked_fill_(~q_ok.reshape(-1, 1), float("nan"))  # unusable: q = NaN
         Q = _Rows(rows.p[nt:].view(B, M, Vl))
-    elif a.draft is not None and M > 0:
-        Q = _Rows(a.draft.view(B, M, Vl)) if d_in_order else \
-            _Rows(src=a.draft, index=d_index)
+    t_valid = rows.valid[:nt].view(B, M + 1)[:, :M]
+    if peek is not None:
+        # The values exchanged with the masses: e(y) on a hot row (p from it, as the
+        # renormalisation computes it), 0 on any other logits row (zeroed by the exp pass),
+        # where a valid greedy row's p(y) is its one-hot.
+        got_y = rows.peeked[:nt].view(B, M + 1, -1)[:, :M]
+        p_peek = pend.p_at(t_rows, _from_bits(got_y[..., 0]))
+        p_peek = torch.where(greedy[:, None] & t_valid & (t_arg[:, :M] == ids), 1.0, p_peek)
 
-    # Round: p_j(y_j), q_j(y_j) from the rank owning y_j (and the beta sums).
-    local = ids - vocab_start
-    own = (local >= 0) & (local < Vl)
-    lc = local.clamp(0, Vl - 1)
-
+    # Round: p_j(y_j), q_j(y_j) from the rank owning y_j (and the beta sums), unless they
+    # came with the masses (peek) or every row is greedy.
     def onehot(b0, b1):                                               # [c, M, V_local]
         oh = torch.zeros((b1 - b0, M, Vl), dtype=torch.bool, device=dev)
         return oh.scatter_(2, lc[b0:b1, :, None], own[b0:b1, :, None])
 
     Pm = _Rows(P.view[:, :M])                                         # the draft positions
-    parts = [torch.where(own, _bits(Pm.values(lc)), 0)]
-    if Q is not None:
-        parts.append(torch.where(own, _bits(Q.values(lc)), 0))
     native = _native.usable(dev) and M > 0
     fp = _flat(P, Vl) if native else None
     fq = _flat(Q, Vl) if native and Q is not None else None
     native = fp is not None and (Q is None or fq is not None)
+    if pend is not None and not native:                # the torch walk reads whole rows
+        pend.finish(torch.arange(nt, device=dev))
+        pend = None
     y_loc = torch.where(own, lc, -1)
 
     def refs(p_row, q_row, kind, rho=None, y=None):   # rows of the C++ passes
@@ -199,29 +222,52 @@ def verify(comm, a: Canonical, vocab_start: int, V: int, method: str, want_rates
                             else kind, torch.ones(n, dtype=torch.float64) if rho is None
                             else rho.reshape(-1))
 
-    if want_rates and Q is not None and native:
-        parts.append(_native.row_sums(refs(fp[1][:, :M], fq[1], _native.MIN), False)[:, 0]
-                     .view(B, M))
-    elif want_rates and Q is not None:
-        def beta(b0, b1):
-            q = Q.block(b0, b1)
-            m = torch.where(q > 0, torch.minimum(Pm.block(b0, b1), q), 0.0)
-            return (m * W_SCALE).to(torch.int64).sum(2)
-        parts.append(_sums(B, M, Vl, dev, beta))
-    got = torch.stack(parts, 2)
-    if M:
-        got = comm.all_reduce(got, "sum", "p(y), q(y), beta sums")
-    p_y = _from_bits(got[..., 0]).double()
-    q_y = _from_bits(got[..., 1]).double() if Q is not None else torch.ones_like(p_y)
+    if pend is not None and sampled and ((want_rates and Q is not None) or
+                                         (method == "block" and M > 1)):
+        pend.finish(fp[1][:, :M])                  # every draft position's row is summed
+    if peek is not None:
+        got = None
+        p_y = p_peek.double()
+        q_y = _from_bits(got_y[..., 1]).double() if Q is not None else torch.ones_like(p_y)
+    elif sampled:
+        p_own = Pm.values(lc)
+        if pend is not None:
+            p_own = pend.p_at(fp[1][:, :M], p_own)
+        parts = [torch.where(own, _bits(p_own), 0)]
+        if Q is not None:
+            parts.append(torch.where(own, _bits(Q.values(lc)), 0))
+        if want_rates and Q is not None and native:
+            parts.append(_native.row_sums(refs(fp[1][:, :M], fq[1], _native.MIN), False)[:, 0]
+                         .view(B, M))
+        elif want_rates and Q is not None:
+            def beta(b0, b1):
+                q = Q.block(b0, b1)
+                m = torch.where(q > 0, torch.minimum(Pm.block(b0, b1), q), 0.0)
+                return (m * W_SCALE).to(torch.int64).sum(2)
+            parts.append(_sums(B, M, Vl, dev, beta))
+        got = torch.stack(parts, 2)
+        if M:
+            got = comm.all_reduce(got, "sum", "p(y), q(y), beta sums")
+        p_y = _from_bits(got[..., 0]).double()
+        q_y = _from_bits(got[..., 1]).double() if Q is not None else torch.ones_like(p_y)
+    else:
+        # Every row greedy on every rank (transform wrote no p): p_j is the one-hot at the
+        # row's global argmax where the row is valid, so p_j(y_j) is known on every rank
+        # without an exchange, q is never read (greedy rows accept y_j == argmax), and nothing
+        # is drawn.  The walk below then gives the tokens the exchanged numbers give.
+        got = None
+        p_y = (t_valid & (t_arg[:, :M] == ids)).double()
+        q_y = torch.ones_like(p_y)
 
-    w0, _ = stream(a.seed, a.offset, M + 1, _ref.TAG_ACCEPT)
+    philox = _native.stream if _native.usable(dev) else stream
+    w0, _ = philox(a.seed, a.offset, M + 1, _ref.TAG_ACCEPT)
     u = w0.double() * 2.0 ** -32
     in_block = jm < kb[:, None]
     g = greedy[:, None]
     rates = None
     if want_rates:                      # section 10: p(y) for point masses and greedy rows
         rates = p_y.float()
-        if Q is not None:
+        if Q is not None and got is not None:         # the beta sums were exchanged
             rates = torch.where(g, rates, rate_of_sum(got[..., 2]))
 
     block = method == "block"
@@ -252,7 +298,9 @@ def verify(comm, a: Canonical, vocab_start: int, V: int, method: str, want_rates
             rho.append(torch.where(torch.isnan(nxt), 0.0, nxt))
         rhos = torch.stack(rho, 1)                                    # [B, M + 1]
         h = torch.ones_like(rhos)
-        if M > 1 and native:
+        if not sampled:                 # no block request: h is not read
+            pass
+        elif M > 1 and native:
             S = _native.row_sums(refs(fp[1][:, :M], None if fq is None else fq[1],
                                       _native.BLOCK, rhos[:, :M].contiguous(), y_loc),
                                  False)[:, 0].view(B, M).contiguous()
@@ -262,7 +310,7 @@ def verify(comm, a: Canonical, vocab_start: int, V: int, method: str, want_rates
                 oh = onehot(b0, b1) if Q is None else None
                 return _block_weights(Pm.block(b0, b1), q, oh, rhos[b0:b1, :M]).sum(2)
             S = _sums(B, M, Vl, dev, residual)
-        if M > 1:
+        if M > 1 and sampled:
             S = comm.all_reduce(S, "sum", "block residual sums")
             z = S.double() * 2.0 ** -60
             den = z + (1.0 - rhos[:, :M])
@@ -307,12 +355,16 @@ def verify(comm, a: Canonical, vocab_start: int, V: int, method: str, want_rates
             W = torch.where(kind_block[sl, None], _block_weights(p_s, q_s, oh, rho_at[sl]), W)
         return W, Wp
 
-    w0, w1 = stream(a.seed, a.offset, M + 1, _ref.TAG_SAMPLE)
+    w0, w1 = philox(a.seed, a.offset, M + 1, _ref.TAG_SAMPLE)
     U = _at(w0 | (w1 << 32), js)
-    if native:                          # the same weights, summed and searched in C++
+    if not sampled:                     # every token is the argmax (below)
+        drawn = torch.full_like(js, -1)
+    elif native:                        # the same weights, summed and searched in C++
         kind = torch.where(bonus, _native.BONUS, _native.RESIDUAL).to(torch.int8)
         if block:
             kind = torch.where(kind_block, _native.BLOCK, kind).to(torch.int8)
+        if pend is not None:
+            pend.finish(_at(fp[1], js))
         r_of = refs(_at(fp[1], js), None if fq is None else _at(fq[1], jq), kind, rho_at,
                     _at(y_loc, jq))
         sums = _native.row_sums(r_of, True).t().contiguous()

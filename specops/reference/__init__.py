@@ -413,12 +413,22 @@ contract is an exact reduction, so ranks exchange only per-row numbers.
   ``y_j`` (the others add 0, their float32 bits carried in int64, so the value is exact and
   NaN survives), with the beta sums of section 10 when asked; block verification adds one
   sum-reduction for ``S_j`` of section 9 once every rank knows the ``rho_j``.  Every rank then
-  runs the same walk on the same numbers with the same Philox words.
+  runs the same walk on the same numbers with the same Philox words.  Where no beta sums are
+  asked and the target rows are logits (and q a probability row or a point mass), the owner's
+  ``e(y_j)`` bits and ``q_j(y_j)`` may instead ride on the masses' sum-reduction: every rank
+  then computes ``p_j(y_j)`` from ``e(y_j)`` exactly as section 2 renormalises it (0 off a
+  sampled row's support; a valid greedy row's one-hot from its argmax), the same float32.
 * *The draw* (a gather, then a max-reduction): each rank sums its section 5 weights ``W`` and
   the fallback ``trunc(p * 2**60)``; with every rank's sums and ``vocab_start`` gathered, each
   computes ``S`` and ``t`` of section 5 (the 128-bit product in 32-bit limbs) and the prefix of
   the ranks before it in vocabulary order; the rank with ``prefix <= t < prefix + S_local``
   finds the token in its cumulative sum; the others offer -1 to the max.
+* *Every request greedy* (known on every rank: the same temperatures, and with the layout
+  check the ranks' flags are OR-ed): each ``p_j`` is the one-hot at the row's global argmax,
+  so after the maxima every rank knows ``p_j(y_j) = 1`` iff the row is valid and its argmax is
+  ``y_j`` (else 0); ``q`` is never read and nothing is drawn.  Such a call skips the masses
+  (unless target-probability rows need them for their check), the walk's and the draw's
+  exchanges: the same numbers, so the same tokens, rates and flags.
 
 The only per-call host agreement needed: every rank passes the same arguments except the
 shards.  Without ``seed``, the seeds drawn on the group's first rank are broadcast (otherwise
