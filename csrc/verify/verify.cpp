@@ -284,15 +284,24 @@ class Walk {
         break;
       }
       const bool beta = rates_ && q;
-      if (j >= 1) {  // row 0 is summed only if the draw lands there (h_0 = 1)
-        uint64_t M = 0;
-        const uint64_t S = block_mass(p_row(pos), q, pos.y, p_y, rho[j], V, bsums[scan_slot_],
-                                      beta ? &M : nullptr);
+      if (j >= 1 && rho[j] == 1.0 && !beta) {
+        // h_j = 1 whatever S_j is (z / z, or 1 for a zero denominator) and u < 1: the stop
+        // test passes without the mass pass; S_tau and its block sums are summed at the end
+        // if the draw lands here (as for tau = 0).  (With the rates the pass runs for beta.)
+        tau = j, tau_slot = scan_slot_, tau_mass = false;
+      } else if (j >= 1) {  // row 0 is summed only if the draw lands there (h_0 = 1)
+        const double u = accept_uniform(r_.seed, r_.offset, uint64_t(j - 1));
+        uint64_t M = 0, S;
+        bool complete = true;
+        if (q && !beta)  // the scan stops once the mass decides the test (block_stop_at)
+          S = block_mass_until(p_row(pos), q, rho[j], V, bsums[scan_slot_],
+                               block_stop_at(u, rho[j]), &complete);
+        else
+          S = block_mass(p_row(pos), q, pos.y, p_y, rho[j], V, bsums[scan_slot_],
+                         beta ? &M : nullptr);
         if (beta) rates_[j] = rate_from_mass(M);
-        if (accept_uniform(r_.seed, r_.offset, uint64_t(j - 1)) <
-            block_stop_probability(S, rho[j])) {
-          tau = j, tau_slot = scan_slot_, S_tau = S, tau_mass = true;
-        }
+        if (!complete || u < block_stop_probability(S, rho[j]))
+          tau = j, tau_slot = scan_slot_, S_tau = S, tau_mass = complete;
       } else if (beta) {
         rates_[j] = rate(pos);
       }
@@ -307,7 +316,7 @@ class Walk {
     const float* q = q_row(pos);
     const uint64_t U = sample_uniform64(r_.seed, r_.offset, uint64_t(tau));
     uint64_t* bs = bsums[tau_slot];
-    if (!tau_mass)  // tau = 0
+    if (!tau_mass)  // tau = 0, or a tau whose stop test needed no (full) mass
       S_tau = block_mass(p_row(pos), q, pos.y, p_at(pos, pos.y), rho[tau], V, bs, nullptr);
     if (S_tau == 0) return finish(tau, draw_p(pos, nullptr, -1, U));  // no residual mass: p
     finish(tau, block_find(bs, S_tau, U, V, [&](int64_t i) { return p_at(pos, i); }, q, pos.y,
