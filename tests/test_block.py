@@ -361,3 +361,28 @@ def test_every_isa_level_gives_the_reference_block_and_rates():
                                                backend="cpu"), want)
     finally:
         _C.set_isa(before)
+
+
+@pytest.mark.skipif("cpu" not in specops.available_backends(), reason="C++ backend not built")
+def test_every_isa_level_block_scan_stop_equals_reference():
+    """Without the rates the C++ block walk transforms every row first (one slot per
+    position) and runs the stop tests from the end back, stopping at the first that passes
+    (tau is the last passing j), and decides a test from part of its mass: it skips the mass
+    where rho_j = 1 (h_j = 1) and stops a row's chunked scan (16 draw blocks a chunk) once
+    the partial mass guarantees u < h_j, summing the drawn row in full at the end.
+    V = 40000 is three chunks, so a stop bound that is too low (a test decided wrong), a
+    partial mass or block sums taken for complete, a chunk's offsets off by a block, a walk
+    that takes the first passing test or a row read from another position's slot changes
+    tokens; 24 requests per kind reach both outcomes of the tests."""
+    from specops import _C
+    before = _C.isa()
+    cases = [make_case(kind, 40000, 4, B=24, seed=s) for kind, s in
+             (("full", 21), ("draft_logits", 22), ("mixed", 23))]
+    wants = [specops.verify_block(**kw, method="block", backend="reference") for kw in cases]
+    try:
+        for level in _C.available_isas():
+            _C.set_isa(level)
+            for kw, want in zip(cases, wants):
+                _same(specops.verify_block(**kw, method="block", backend="cpu"), want, False)
+    finally:
+        _C.set_isa(before)

@@ -16,4 +16,25 @@ uint64_t block_mass(const PRow& p, const float* q, int64_t y, float p_y, double 
   return S;
 }
 
+uint64_t block_mass_until(const PRow& p, const float* q, double rho, int64_t V,
+                          uint64_t* block_sums, uint64_t stop_at, bool* complete) {
+  // 16 draw blocks (64 KB of p and of q) a chunk: a few checks a row, each after enough
+  // tokens that the call's fixed cost stays small
+  constexpr int64_t kChunk = 16 * kDrawBlock;
+  const Passes& ps = passes();
+  uint64_t S = 0;
+  for (int64_t c0 = 0; c0 < V; c0 += kChunk) {
+    const int64_t n = V - c0 < kChunk ? V - c0 : kChunk;
+    PRow pc = p;
+    pc.p += c0;
+    S += ps.pq_masses(pc, q + c0, rho, n, block_sums + c0 / kDrawBlock, true, nullptr);
+    if (S >= stop_at && c0 + n < V) {
+      *complete = false;
+      return S;
+    }
+  }
+  *complete = true;
+  return S;
+}
+
 }  // namespace specops

@@ -38,6 +38,29 @@ inline uint64_t block_weight(float px, float qx, double rho) {
 uint64_t block_mass(const PRow& p, const float* q, int64_t y, float p_y, double rho, int64_t V,
                     uint64_t* block_sums, uint64_t* beta);
 
+// The least S from which the stop test u < block_stop_probability(S, rho) holds for every
+// S' >= S as well (UINT64_MAX: none found, e.g. rho = 1, where the caller needs no S).  The
+// computed h of an S is within 2^-50 (relative: three roundings and the int64 -> float64
+// conversion) of the exact S / (S + c * 2^60), c = 1 - rho as computed, which grows with S;
+// a margin of 2^-40 over u at the returned S keeps every larger S's computed h above u.
+// The scan of a position may stop once its partial (unsigned, growing) mass reaches it.
+inline uint64_t block_stop_at(double u, double rho) {
+  if (!(rho >= 0.0 && rho < 1.0) || !(u >= 0.0 && u < 1.0)) return UINT64_MAX;
+  if (u == 0.0) return 1;  // h >= 2^-61 > 0 for every S >= 1 (den <= 2)
+  const double z = u * (1.0 - rho) / (1.0 - u);  // h(z) = u
+  const double s = z * 0x1p60 * (1.0 + 0x1p-30) + 2.0;
+  if (!(s < 0x1p61)) return UINT64_MAX;  // (S <= 2^60 always: sum of d <= rho <= 1)
+  const uint64_t S = uint64_t(s);
+  return block_stop_probability(S, rho) > u * (1.0 + 0x1p-40) ? S : UINT64_MAX;
+}
+
+// block_mass (with q, no beta) scanned a chunk of kDrawBlock blocks at a time, stopping once
+// the partial sum reaches stop_at (*complete = false: S and the block sums are partial, S >=
+// stop_at); else the full S and block sums, *complete = true.  The chunks' sums are the
+// full pass's (per-block integer sums).
+uint64_t block_mass_until(const PRow& p, const float* q, double rho, int64_t V,
+                          uint64_t* block_sums, uint64_t stop_at, bool* complete);
+
 // The draw of section 9 at tau over the weights whose total S and per-block sums block_mass
 // gave; p_at(i) is p(i).  (S == 0, the fallback to p, is the caller's.)
 template <class PAt>

@@ -100,12 +100,13 @@ class Walk {
 
   int64_t draft_id(int64_t j) const { return a_.draft_ids[r_.d0 + j]; }
 
-  // Where row j is transformed: the one scratch row, or in block mode one of two slots per
-  // side: the row of the current tau (the draw may land there) and the row being scanned,
-  // so that two rows, not the whole block, stay in the cache.
+  // Where row j is transformed: the one scratch row, or in block mode slot scan_slot_ of its
+  // side: with the rates one of two (the row of the current tau, where the draw may land,
+  // and the row being scanned, so that two rows stay in the cache), without them one per
+  // position (the tests run after the scan, from the end: run_block).
   float* row_buf(std::vector<float>& one, std::vector<std::vector<float>>& slots) {
     if (!block_rows_) return grow(one, r_.V);
-    if (slots.size() < 2) slots.resize(2);
+    if (slots.size() < size_t(scan_slot_) + 1) slots.resize(size_t(scan_slot_) + 1);
     return grow(slots[size_t(scan_slot_)], r_.V);
   }
 
@@ -238,9 +239,9 @@ class Walk {
   }
 
   // Block verification (reference section 9).  Each position's rows are read once: the exp
-  // pass of the transform, then one pass over p (computed from e) and q for S_j, its
-  // per-block sums (kept for the draw at tau) and, with the rates, beta_j.  Row kb is only
-  // checked (the scale pass) until the draw needs it; rows are kept in two slots per side.
+  // pass of the transform, then (where its stop test needs it) one pass over p (computed
+  // from e) and q for S_j, its per-block sums (kept for the draw at tau) and, with the rates,
+  // beta_j.  Row kb is only checked (the scale pass) until the draw needs it.
   void run_block() {
     const int64_t kb = r_.block.kb, V = r_.V;
     const int64_t nb = (V + kDrawBlock - 1) / kDrawBlock;
@@ -248,10 +249,15 @@ class Walk {
     if (int64_t(rho.size()) < kb + 1) rho.resize(size_t(kb + 1));
     if (int64_t(w_.block_bsum.size()) < 2 * nb) w_.block_bsum.resize(size_t(2 * nb));
     uint64_t* bsums[2] = {w_.block_bsum.data(), w_.block_bsum.data() + nb};
+    // Without the rates, tau = max{j : u_{j-1} < h_j} is decided from the end: the first
+    // test that passes, walking back from j = e, is tau, and the tests before it need no
+    // mass at all.  The scan then only transforms the rows (each in its own slot) and forms
+    // rho; the masses come after it.  With the rates every position's pass runs anyway
+    // (beta), so the tests run in the scan and rows share two slots per side.
+    const bool backward = rates_ == nullptr;
     rho[0] = 1.0;
     int64_t tau = 0, e = kb;
-    uint64_t S_tau = 0;
-    bool tau_mass = false;  // S_tau and its block sums (slot tau_slot) computed in the scan
+    Test t;  // the test of the current tau (tau = 0: no mass yet)
     int tau_slot = 0;
     bool end_ok = true;
     block_rows_ = true;
@@ -259,7 +265,7 @@ class Walk {
     kept.clear();
     kept.reserve(size_t(kb + 1));
     for (int64_t j = 0; j <= kb; ++j) {
-      scan_slot_ = 1 - tau_slot;
+      scan_slot_ = backward ? int(j) : 1 - tau_slot;
       if (!r_.target_row_ok(j)) {
         e = j, end_ok = false;
         break;
@@ -275,7 +281,6 @@ class Walk {
         break;
       }
       if (j == 0) tau_slot = scan_slot_;  // tau = 0 until a stop test passes
-      read_draft(pos);
       const float* q = q_row(pos);
       const float p_y = p_at(pos, pos.y);
       if (pos.q_nan) {  // an unusable draft row ends the block here
@@ -283,35 +288,78 @@ class Walk {
         e = j;
         break;
       }
-      const bool beta = rates_ && q;
-      if (j >= 1) {  // row 0 is summed only if the draw lands there (h_0 = 1)
-        uint64_t M = 0;
-        const uint64_t S = block_mass(p_row(pos), q, pos.y, p_y, rho[j], V, bsums[scan_slot_],
-                                      beta ? &M : nullptr);
-        if (beta) rates_[j] = rate_from_mass(M);
-        if (accept_uniform(r_.seed, r_.offset, uint64_t(j - 1)) <
-            block_stop_probability(S, rho[j])) {
-          tau = j, tau_slot = scan_slot_, S_tau = S, tau_mass = true;
-        }
-      } else if (beta) {
-        rates_[j] = rate(pos);
+      if (!backward && j >= 1) {  // row 0 is summed only if the draw lands there (h_0 = 1)
+        const Test tj = stop_test(pos, q, rho[j], bsums[scan_slot_], rates_ + j);
+        if (tj.pass) tau = j, tau_slot = scan_slot_, t = tj;
+      } else if (rates_ && j == 0) {
+        rates_[j] = q ? rate(pos) : p_y;
       }
-      if (rates_ && !q) rates_[j] = p_y;  // point-mass draft: beta = p(y)
       rho[j + 1] = block_next_rho(rho[j], p_y, pos.q_y);
     }
-    if (e >= 1 && accept_uniform(r_.seed, r_.offset, uint64_t(e - 1)) < rho[e]) tau = e;
+    if (e >= 1 && accept_uniform(r_.seed, r_.offset, uint64_t(e - 1)) < rho[e]) {
+      tau = e;
+    } else if (backward) {
+      for (int64_t j = e - 1; j >= 1; --j) {
+        const Test tj = stop_test(kept[size_t(j)], q_row(kept[size_t(j)]), rho[j], bsums[0],
+                                  nullptr);
+        if (tj.pass) {
+          tau = j, t = tj;
+          break;
+        }
+      }
+    }
     for (int64_t j = 0; j < tau; ++j) out_[j] = int32_t(draft_id(j));
     if (tau == e && !end_ok) return finish(e, -1);
     Position& pos = kept[size_t(tau)];  // transformed in the scan, in a slot the scan kept
-    if (tau == e) return finish(e, bonus_draw(pos));
+    if (tau == e) {
+      if (backward) scan_slot_ = int(e);  // (forward: the free slot of the two)
+      return finish(e, bonus_draw(pos));
+    }
     const float* q = q_row(pos);
     const uint64_t U = sample_uniform64(r_.seed, r_.offset, uint64_t(tau));
-    uint64_t* bs = bsums[tau_slot];
-    if (!tau_mass)  // tau = 0
-      S_tau = block_mass(p_row(pos), q, pos.y, p_at(pos, pos.y), rho[tau], V, bs, nullptr);
-    if (S_tau == 0) return finish(tau, draw_p(pos, nullptr, -1, U));  // no residual mass: p
-    finish(tau, block_find(bs, S_tau, U, V, [&](int64_t i) { return p_at(pos, i); }, q, pos.y,
+    uint64_t* bs = backward ? bsums[0] : bsums[tau_slot];
+    if (!t.complete)  // tau = 0, or a tau whose stop test needed no (full) mass
+      t.S = block_mass(p_row(pos), q, pos.y, p_at(pos, pos.y), rho[tau], V, bs, nullptr);
+    if (t.S == 0) return finish(tau, draw_p(pos, nullptr, -1, U));  // no residual mass: p
+    finish(tau, block_find(bs, t.S, U, V, [&](int64_t i) { return p_at(pos, i); }, q, pos.y,
                            rho[tau]));
+  }
+
+  struct Test {
+    bool pass = false;
+    bool complete = false;  // S and the block sums are the position's full ones
+    uint64_t S = 0;
+  };
+  // The stop test u_{j-1} < h_j of position j >= 1 (section 9), with its mass S_j and block
+  // sums into bs as far as the test needed them.  With rho_j = 1, h_j = 1 whatever S_j is
+  // (z / z, or 1 for a zero denominator) and u < 1: no pass.  Else the scan stops once the
+  // partial mass decides the test (block_stop_at).  With `beta` (the rates) the pass runs in
+  // full and *beta gets the position's rate.
+  Test stop_test(Position& pos, const float* q, double rho, uint64_t* bs, float* beta) {
+    Test t;
+    const int64_t j = pos.j;
+    if (beta && !q) *beta = p_at(pos, pos.y);  // point-mass draft: beta = p(y)
+    if (beta && q) {
+      uint64_t M = 0;
+      t.S = block_mass(p_row(pos), q, pos.y, p_at(pos, pos.y), rho, r_.V, bs, &M);
+      *beta = rate_from_mass(M);
+      t.complete = true;
+      t.pass = accept_uniform(r_.seed, r_.offset, uint64_t(j - 1)) <
+               block_stop_probability(t.S, rho);
+      return t;
+    }
+    if (rho == 1.0) {
+      t.pass = true;
+      return t;
+    }
+    const double u = accept_uniform(r_.seed, r_.offset, uint64_t(j - 1));
+    t.complete = true;
+    if (q)
+      t.S = block_mass_until(p_row(pos), q, rho, r_.V, bs, block_stop_at(u, rho), &t.complete);
+    else
+      t.S = block_mass(p_row(pos), q, pos.y, p_at(pos, pos.y), rho, r_.V, bs, nullptr);
+    t.pass = !t.complete || u < block_stop_probability(t.S, rho);
+    return t;
   }
 
   // A logits row the block only may need: valid (reference section 2's checks) without its
@@ -360,7 +408,7 @@ class Walk {
   int32_t* out_;
   int64_t b_;
   float* rates_ = nullptr;
-  bool block_rows_ = false;          // rows go to two slots per side (block mode)
+  bool block_rows_ = false;          // rows go to slots (block mode: row_buf)
   int scan_slot_ = 0;                // block mode: the slot of the row being scanned
   std::vector<Position> positions_;  // block mode: every position read
 };
