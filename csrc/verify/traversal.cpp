@@ -26,6 +26,7 @@
 #include "transform/transform.h"
 #include "verify/request.h"
 #include "verify/tree.h"
+#include "verify/tree_request.h"
 
 namespace specops {
 namespace {
@@ -72,27 +73,13 @@ inline double child_weight(double rho, double m, double s) {
   return 0.0;
 }
 
-class TraversalWalk {
+class TraversalWalk : TreeRequest {
  public:
   TraversalWalk(const TreeArgs& a, int64_t b, Work& w, TravWork& tw)
-      : a_(a), w_(w), tw_(tw), b_(b), base_(b * a.N), V_(a.target.cols), D_(a.max_depth),
-        out_(a.out_tokens + b * (a.max_depth + 1)), nodes_(a.out_nodes + b * a.max_depth) {
-    std::fill(out_, out_ + D_ + 1, -1);
-    std::fill(nodes_, nodes_ + D_, -1);
-    a.out_num_accepted[b] = 0;
-    a.out_valid[b] = 0;
-    inv_t_ = a.params.inv_temp[b];
-    top_k_ = a.params.top_k[b];
-    top_p_ = a.params.top_p[b];
-    min_p_ = a.params.min_p[b];
-    seed_ = uint64_t(a.seed[b]);
-    offset_ = uint64_t(a.offset[b]);
-    point_mass_ = a.draft.ptr == nullptr;
-  }
+      : TreeRequest(a, b, w), tw_(tw), point_mass_(a.draft.ptr == nullptr) {}
 
   void run() {
-    if (params_malformed(inv_t_, top_k_, top_p_, min_p_, a_.target_is_probs) || !shape_ok())
-      return;
+    if (malformed(tw_.depth)) return;
     if (inv_t_ == 0.0f) return greedy();
     std::vector<Level>& st = tw_.stack;
     st.clear();
@@ -119,34 +106,6 @@ class TraversalWalk {
   }
 
  private:
-  int64_t id(int64_t n) const { return a_.node_ids[base_ + n]; }
-  int64_t parent(int64_t n) const { return a_.parents[base_ + n]; }
-
-  // reference tree.tree_depths (as csrc/verify/tree.cpp): false if the tree is malformed.
-  bool shape_ok() {
-    n_ = a_.num_nodes[b_];
-    if (n_ < 1 || n_ > a_.N || parent(0) != -1) return false;
-    if (int64_t(tw_.depth.size()) < a_.N) tw_.depth.resize(size_t(a_.N));
-    depth_ = tw_.depth.data();
-    std::fill(depth_, depth_ + a_.N, -1);
-    depth_[0] = 0;
-    for (int64_t n = 1; n < n_; ++n) {
-      const int64_t p = parent(n);
-      if (p < -1 || p >= n) return false;
-      if (p == -1 || depth_[p] < 0) continue;
-      depth_[n] = depth_[p] + 1;
-      const int64_t y = id(n);
-      if (y < 0 || y >= V_ || depth_[n] > D_) return false;
-    }
-    return true;
-  }
-
-  int64_t child_after(int64_t c, int64_t after) const {
-    for (int64_t n = after + 1; n < n_; ++n)
-      if (depth_[n] >= 0 && parent(n) == c) return n;
-    return -1;
-  }
-
   // The target row of node c at level k (copied out of the transform's scratch), nullptr
   // if invalid.
   const float* target_row(int64_t c, size_t k) {
@@ -268,10 +227,7 @@ class TraversalWalk {
   void accept() {
     const std::vector<Level>& st = tw_.stack;
     const int64_t j = int64_t(st.size()) - 1;
-    for (int64_t k = 1; k <= j; ++k) {
-      out_[k - 1] = int32_t(id(st[k].c));
-      nodes_[k - 1] = int32_t(st[k].c);
-    }
+    for (int64_t k = 1; k <= j; ++k) accept_child(k - 1, st[k].c);
     const Level& L = st.back();
     if (!L.p) return finish(j, -1);
     const uint64_t U = sample_uniform64(seed_, offset_, uint64_t(j));
@@ -285,49 +241,8 @@ class TraversalWalk {
     finish(j, -1);
   }
 
-  // Section 11's greedy walk: the first child whose token is the argmax.
-  void greedy() {
-    int64_t c = 0, j = 0;
-    for (;;) {
-      const int64_t row = base_ + c;
-      int64_t best;
-      if (!a_.target_is_probs) {
-        best = greedy_argmax_row(a_.target, row, grow(w_.et, V_));
-      } else {
-        const float* p = f32_row(a_.target, row);
-        best = probs_row_valid(p, V_) ? argmax_f32(p, V_) : -1;
-      }
-      if (best < 0) return finish(j, -1);
-      int64_t x = child_after(c, c);
-      while (x >= 0 && id(x) != best) x = child_after(c, x);
-      if (x < 0) return finish(j, best);
-      out_[j] = int32_t(id(x));
-      nodes_[j] = int32_t(x);
-      c = x;
-      ++j;
-    }
-  }
-
-  void finish(int64_t j, int64_t token) {
-    a_.out_num_accepted[b_] = int32_t(j);
-    if (token >= 0 && token < V_) {
-      out_[j] = int32_t(token);
-      a_.out_valid[b_] = 1;
-    }
-  }
-
-  const TreeArgs& a_;
-  Work& w_;
   TravWork& tw_;
-  const int64_t b_, base_, V_, D_;
-  int32_t* out_;
-  int32_t* nodes_;
-  float inv_t_, top_p_, min_p_;
-  int64_t top_k_;
-  uint64_t seed_, offset_;
-  bool point_mass_ = false;
-  int64_t n_ = 0;
-  int64_t* depth_ = nullptr;
+  const bool point_mass_;
 };
 
 }  // namespace

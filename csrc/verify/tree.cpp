@@ -19,6 +19,7 @@
 #include "transform/transform.h"
 #include "verify/request.h"
 #include "verify/tree.h"
+#include "verify/tree_request.h"
 
 namespace specops {
 namespace {
@@ -43,80 +44,26 @@ T* sized(std::vector<T>& v, int64_t n) {
   return v.data();
 }
 
-class TreeWalk {
+class TreeWalk : TreeRequest {
  public:
-  TreeWalk(const TreeArgs& a, int64_t b, Work& w, TreeWork& tw)
-      : a_(a), w_(w), tw_(tw), b_(b), base_(b * a.N), V_(a.target.cols), D_(a.max_depth),
-        out_(a.out_tokens + b * (a.max_depth + 1)), nodes_(a.out_nodes + b * a.max_depth) {
-    std::fill(out_, out_ + D_ + 1, -1);
-    std::fill(nodes_, nodes_ + D_, -1);
-    a.out_num_accepted[b] = 0;
-    a.out_valid[b] = 0;
-    inv_t_ = a.params.inv_temp[b];
-    top_k_ = a.params.top_k[b];
-    top_p_ = a.params.top_p[b];
-    min_p_ = a.params.min_p[b];
-    seed_ = uint64_t(a.seed[b]);
-    offset_ = uint64_t(a.offset[b]);
-  }
+  TreeWalk(const TreeArgs& a, int64_t b, Work& w, TreeWork& tw) : TreeRequest(a, b, w), tw_(tw) {}
 
   void run() {
-    if (params_malformed(inv_t_, top_k_, top_p_, min_p_, a_.target_is_probs) || !shape_ok())
-      return;
+    if (malformed(tw_.depth)) return;
+    if (inv_t_ == 0.0f) return greedy();
     int64_t c = 0, j = 0;
     for (;;) {
-      int64_t x;
-      if (inv_t_ == 0.0f) {  // greedy: the first child whose token is the argmax
-        const int64_t best = greedy_argmax(c);
-        if (best < 0) return finish(j, -1);
-        x = child_after(c, c);
-        while (x >= 0 && id(x) != best) x = child_after(c, x);
-        if (x < 0) return finish(j, best);
-      } else {
-        const float* p = target_p(c);
-        if (!p) return finish(j, -1);
-        x = try_children(c, j, p);
-        if (x < 0) return finish(j, final_draw(j, p));
-      }
-      // x has depth j + 1 <= max_depth (shape_ok), so j < max_depth here
-      out_[j] = int32_t(id(x));
-      nodes_[j] = int32_t(x);
+      const float* p = target_p(c);
+      if (!p) return finish(j, -1);
+      const int64_t x = try_children(c, j, p);
+      if (x < 0) return finish(j, final_draw(j, p));
+      accept_child(j, x);  // x has depth j + 1 <= max_depth (shape_ok), so j < max_depth
       c = x;
       ++j;
     }
   }
 
  private:
-  int64_t id(int64_t n) const { return a_.node_ids[base_ + n]; }
-  int64_t parent(int64_t n) const { return a_.parents[base_ + n]; }
-
-
-  // reference_tree.tree_depths: the depths (root 0, absent -1), false if malformed.  Only
-  // indices inside [0, N) are read: parents outside [-1, n) are rejected before use.
-  bool shape_ok() {
-    n_ = a_.num_nodes[b_];
-    if (n_ < 1 || n_ > a_.N || parent(0) != -1) return false;
-    depth_ = sized(tw_.depth, a_.N);
-    std::fill(depth_, depth_ + a_.N, -1);
-    depth_[0] = 0;
-    for (int64_t n = 1; n < n_; ++n) {
-      const int64_t p = parent(n);
-      if (p < -1 || p >= n) return false;
-      if (p == -1 || depth_[p] < 0) continue;  // absent (padding) node
-      depth_[n] = depth_[p] + 1;
-      const int64_t y = id(n);
-      if (y < 0 || y >= V_ || depth_[n] > D_) return false;
-    }
-    return true;
-  }
-
-  // The next child of c after node `after` (pass c for the first), -1 if none.
-  int64_t child_after(int64_t c, int64_t after) const {
-    for (int64_t n = after + 1; n < n_; ++n)
-      if (depth_[n] >= 0 && parent(n) == c) return n;
-    return -1;
-  }
-
   // p_c: transformed (logits) or checked in full (probabilities); nullptr if invalid.
   const float* target_p(int64_t c) {
     const int64_t row = base_ + c;
@@ -129,14 +76,6 @@ class TreeWalk {
       return nullptr;
     P.materialize(V_);
     return P.e;
-  }
-
-  // Greedy requests: the lowest-index argmax of p_c, -1 if the row is invalid.
-  int64_t greedy_argmax(int64_t c) {
-    const int64_t row = base_ + c;
-    if (!a_.target_is_probs) return greedy_argmax_row(a_.target, row, grow(w_.et, V_));
-    const float* p = f32_row(a_.target, row);
-    return probs_row_valid(p, V_) ? argmax_f32(p, V_) : -1;
   }
 
   // q_c (the probability row, or the transformed draft row materialised) and Q = sum
@@ -228,25 +167,7 @@ class TreeWalk {
     return res_.A > 0 ? draw_residual(res_, U) : draw(p, nullptr, -1, V_, U, w_);
   }
 
-  void finish(int64_t j, int64_t token) {
-    a_.out_num_accepted[b_] = int32_t(j);
-    if (token >= 0 && token < V_) {
-      out_[j] = int32_t(token);
-      a_.out_valid[b_] = 1;
-    }
-  }
-
-  const TreeArgs& a_;
-  Work& w_;
   TreeWork& tw_;
-  const int64_t b_, base_, V_, D_;
-  int32_t* out_;
-  int32_t* nodes_;
-  float inv_t_, top_p_, min_p_;
-  int64_t top_k_;
-  uint64_t seed_, offset_;
-  int64_t n_ = 0;              // num_nodes of this request (after shape_ok)
-  int64_t* depth_ = nullptr;   // [N]
   Residual res_;
   bool rows_written_ = false;  // res_.R (and Qw) hold this node's arrays (lazy_rows)
 };
