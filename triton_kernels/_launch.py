@@ -87,6 +87,12 @@ def row_args(target, target_row_start, draft_ids, draft_row_start, num_draft, dr
                    top_k, top_p, min_p), q_mode_of(draft, draft_is_probs)
 
 
+def tree_sizes(N: int, depth: int, V: int, device) -> dict:
+    """Tile and power-of-2 sizes of a tree kernel: BLOCK_V, N_P2 (node lanes), OUT_P2."""
+    return dict(BLOCK_V=block_v(V, device), N_P2=max(16, next_pow2(N)),
+                OUT_P2=max(16, next_pow2(depth + 1)))
+
+
 def walk_sizes(max_k: int, V: int, device) -> dict:
     """Tile and power-of-2 sizes of a per-request kernel: BLOCK_V, MAXK_P2, OUT_P2."""
     return dict(BLOCK_V=block_v(V, device), MAXK_P2=max(16, next_pow2(max_k)),

@@ -3,7 +3,7 @@ vocabulary-split pipeline (``split.py``), chosen from the shapes alone by the ba
 of ``_launch.use_split`` (no tensor value is read, so the choice never synchronises)."""
 import torch
 
-from ._launch import chunk_size, use_split
+from ._launch import chunk_size, q_mode_of, use_split
 from .split import verify_split
 from .verify import verify_fused
 
@@ -22,7 +22,7 @@ def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start
     """Contiguous [B] tensors (int64 / float32), target and draft rows with unit column
     stride; ``has_topk`` / ``has_topp``: whether a filter can be on (``filters_on``).
     -> (token_ids [B, max_k + 1] int32, num_accepted [B] int32, valid [B] bool)."""
-    q_mode = 0 if draft is None else (1 if draft_is_probs else 2)
+    q_mode = q_mode_of(draft, draft_is_probs)
     logit_rows = (not target_is_probs) or q_mode == 2
     V = target.shape[1]
     if use_split(num_draft.shape[0], int(max_k), V, target.element_size(),

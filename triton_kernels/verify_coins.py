@@ -12,7 +12,7 @@ import triton
 import triton.language as tl
 
 from ._common import NO_INDEX
-from ._launch import block_v, launch_opts, next_pow2, tree_outputs
+from ._launch import launch_opts, tree_outputs, tree_sizes
 
 W60 = tl.constexpr(1152921504606846976.0)      # 2**60: trunc(p * 2**60) is the mass
 MASS_MAX = tl.constexpr(17179869184)            # 2**34: section 3's mass bound (2**32 units)
@@ -164,6 +164,6 @@ def coin_walk(target, order, parents, present, candidates, m_coins, m_final, max
         target.contiguous(), order.contiguous(), parents.contiguous(),
         present.to(torch.int8).contiguous(), candidates.contiguous(), m_coins.contiguous(),
         m_final.contiguous(), acc, tok, nacc, nodes, valid, N, V, D, float(single),
-        RELAXED=bool(relaxed), ACC1=float(acc_scale) == 1.0, BLOCK_V=block_v(V, dev),
-        N_P2=max(16, next_pow2(N)), OUT_P2=max(16, next_pow2(D + 1)), **launch_opts(dev))
+        RELAXED=bool(relaxed), ACC1=float(acc_scale) == 1.0,
+        **tree_sizes(N, D, V, dev), **launch_opts(dev))
     return tok, nacc, nodes, valid

@@ -18,7 +18,7 @@ import triton.language as tl
 from ._common import (NO_INDEX, P_CHECK_MAX, TAG_SAMPLE, U32_TO_UNIT, W_SCALE,
                       check_probs_tile, mulhi_u64, probs_tile, request_ok, row_stats,
                       stream_words)
-from ._launch import block_v, launch_opts, next_pow2, tree_outputs
+from ._launch import launch_opts, q_mode_of, tree_outputs, tree_sizes
 from ._tree_rows import find_weight, store_weights
 from ._walk_common import load_params, no_stats
 from .verify_tree import _greedy_node, _tree_shape
@@ -288,7 +288,7 @@ def verify_traversal(target, target_is_probs, node_ids, parents, num_nodes, draf
     tok, nacc, nodes, valid = tree_outputs(B, D, dev)
     if B == 0:
         return tok, nacc, nodes, valid
-    q_mode = 0 if draft is None else (1 if draft_is_probs else 2)
+    q_mode = q_mode_of(draft, draft_is_probs)
     q = target if draft is None else draft
     pf = torch.empty((B, D + 1, V), dtype=torch.float32, device=dev)
     qf = pf if draft is None else torch.empty_like(pf)
@@ -298,6 +298,5 @@ def verify_traversal(target, target_is_probs, node_ids, parents, num_nodes, draf
         target, target.stride(0), node_ids, parents, num_nodes, q, q.stride(0), inv_temp,
         top_k, top_p, min_p, seed, offset, pf, qf, r, qw, tok, nacc, nodes, valid, N, V, D,
         T_PROBS=bool(target_is_probs), Q_MODE=q_mode, WOR=method == "traversal",
-        BLOCK_V=block_v(V, dev), N_P2=max(16, next_pow2(N)), OUT_P2=max(16, next_pow2(D + 1)),
-        **launch_opts(dev))
+        **tree_sizes(N, D, V, dev), **launch_opts(dev))
     return tok, nacc, nodes, valid
