@@ -13,12 +13,12 @@ from typing import Callable, Optional
 
 import numpy as np
 
-from .checks import probs_row_valid, request_ok
+from .checks import probs_row_valid
 from .constants import W_SCALE_BITS
 from .draw import block_stop_probability, draw_index, integer_weights
 from .philox import accept_uniform, sample_uniform64
 from .transform import argmax_row, target_row, transform_row
-from .tree import children_of, tree_depths
+from .tree import children_of, request_depths, tree_outputs
 
 METHODS = ("traversal", "traversal_iid")       # siblings drafted without replacement / i.i.d.
 SCALE = 2.0 ** W_SCALE_BITS
@@ -157,15 +157,11 @@ def verify_traversal_ref(target, target_is_probs, node_ids, parents, num_nodes, 
     target = np.asarray(target)
     B, N, V = target.shape
     D = max(int(max_depth), 0)
-    out = np.full((B, D + 1), -1, dtype=np.int32)
-    nodes = np.full((B, D), -1, dtype=np.int32)
-    nacc = np.zeros(B, dtype=np.int32)
-    valid = np.zeros(B, dtype=bool)
+    out, nacc, nodes, valid = tree_outputs(B, D)
     for b in range(B):
         params = (inv_temp[b], top_k[b], top_p[b], min_p[b])
-        if not request_ok(*params, target_is_probs, 0, 0, np.zeros(0, np.int64), 0, V):
-            continue
-        depth = tree_depths(parents[b], int(num_nodes[b]), node_ids[b], V, D)
+        depth = request_depths(params, target_is_probs, parents[b], num_nodes[b], node_ids[b],
+                               V, D)
         if depth is None:
             continue
         req = _request(target[b], target_is_probs, None if draft is None else draft[b],

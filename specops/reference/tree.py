@@ -111,6 +111,21 @@ def final_weights(p, Rw, A: int):
 
 
 # ----------------------------------------------------------------------------- the walk
+def tree_outputs(B: int, D: int):
+    """Every tree walk's outputs before a request is walked (what a malformed request keeps):
+    (token_ids [B, D + 1] -1, num_accepted [B] 0, accepted_nodes [B, D] -1, valid [B] False)."""
+    return (np.full((B, D + 1), -1, dtype=np.int32), np.zeros(B, dtype=np.int32),
+            np.full((B, D), -1, dtype=np.int32), np.zeros(B, dtype=bool))
+
+
+def request_depths(params, target_is_probs, parents, num_nodes, node_ids, V: int, D: int):
+    """One request's node depths (``tree_depths``), or None when its parameters or its tree
+    are malformed (section 8: nothing is read, nothing emitted)."""
+    if not request_ok(*params, target_is_probs, 0, 0, np.zeros(0, np.int64), 0, V):
+        return None
+    return tree_depths(parents, int(num_nodes), node_ids, V, D)
+
+
 def verify_tree_ref(target, target_is_probs, node_ids, parents, num_nodes, draft,
                     draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset,
                     max_depth: int, method: str = "rsd"):
@@ -123,16 +138,12 @@ def verify_tree_ref(target, target_is_probs, node_ids, parents, num_nodes, draft
     target = np.asarray(target)
     B, N, V = target.shape
     D = max(int(max_depth), 0)
-    out = np.full((B, D + 1), -1, dtype=np.int32)
-    nodes = np.full((B, D), -1, dtype=np.int32)
-    nacc = np.zeros(B, dtype=np.int32)
-    valid = np.zeros(B, dtype=bool)
+    out, nacc, nodes, valid = tree_outputs(B, D)
     point_mass = draft is None
     for b in range(B):
         params = (inv_temp[b], top_k[b], top_p[b], min_p[b])
-        if not request_ok(*params, target_is_probs, 0, 0, np.zeros(0, np.int64), 0, V):
-            continue
-        depth = tree_depths(parents[b], int(num_nodes[b]), node_ids[b], V, D)
+        depth = request_depths(params, target_is_probs, parents[b], num_nodes[b], node_ids[b],
+                               V, D)
         if depth is None:
             continue
         greedy = np.float32(inv_temp[b]) == 0
