@@ -15,7 +15,8 @@ from specops import reference as R
 from specops.reference import traversal as _trav
 from tests._families import ADVERSARIAL, dyadic
 from tests._stats import ALPHA, chi2_pvalue
-from tests.test_tree import STAT_TREE, TB, TS, draft_trees, markov, mean, stat_rows, tree_rows
+from tests.test_tree import (STAT_TREE, TB, TS, completed_cells, draft_trees, markov, mean,
+                             stat_rows, tree_rows)
 
 METHODS = ("traversal", "traversal_iid")
 TREES = {"chain": [-1, 0, 1, 2], "wide": [-1, 0, 0, 0], "deep_wide": [-1, 0, 0, 1, 1],
@@ -215,15 +216,8 @@ def traversal_pvalues(tok, nacc, method, seed):
     """The output completed to 3 tokens by sampling the target must follow the target's law
     (64 cells), and num_accepted traversal's enumerated law (3 cells)."""
     P, Q = stat_rows()
-    rng = np.random.default_rng(seed)
-    full = tok.astype(np.int64).copy()
-    for j in range(3):
-        prev = full[:, j - 1] if j else np.zeros(len(full), np.int64)
-        cum = np.cumsum(P[prev].astype(np.float64), axis=1)
-        fill = (rng.random(len(full))[:, None] * cum[:, -1:] >= cum).sum(1)
-        full[:, j] = np.where(j > nacc, fill, full[:, j])
     law = R.exact_traversal_law(markov(P), markov(Q), STAT_TREE, 4, method)
-    cells = np.bincount(full[:, 0] * 16 + full[:, 1] * 4 + full[:, 2], minlength=64)
+    cells = completed_cells(tok, nacc, seed)
     return {"sequence": chi2_pvalue(cells, law["target_law"].reshape(-1)),
             "length": chi2_pvalue(np.bincount(nacc, minlength=3), law["length_law"])}
 

@@ -137,10 +137,10 @@ def tree_rows(ids):
     return torch.from_numpy(P)[last], torch.from_numpy(Q)[last]
 
 
-def tree_pvalues(tok, nacc, method, drafting, seed):
-    """The output completed to 3 tokens by sampling the target must follow the target's
-    law (64 cells), and num_accepted its enumerated law."""
-    P, Q = stat_rows()
+def completed_cells(tok, nacc, seed):
+    """The outputs completed to 3 tokens by sampling the target after each (an exact method's
+    completion follows the target's law), counted over the 64 cells."""
+    P, _ = stat_rows()
     rng = np.random.default_rng(seed)
     full = tok.astype(np.int64).copy()
     for j in range(3):
@@ -148,8 +148,15 @@ def tree_pvalues(tok, nacc, method, drafting, seed):
         cum = np.cumsum(P[prev].astype(np.float64), axis=1)
         fill = (rng.random(len(full))[:, None] * cum[:, -1:] >= cum).sum(1)
         full[:, j] = np.where(j > nacc, fill, full[:, j])
+    return np.bincount(full[:, 0] * 16 + full[:, 1] * 4 + full[:, 2], minlength=64)
+
+
+def tree_pvalues(tok, nacc, method, drafting, seed):
+    """The output completed to 3 tokens by sampling the target must follow the target's
+    law (64 cells), and num_accepted its enumerated law."""
+    P, Q = stat_rows()
     law = R.exact_tree_law(markov(P), markov(Q), STAT_TREE, 4, method, drafting=drafting)
-    cells = np.bincount(full[:, 0] * 16 + full[:, 1] * 4 + full[:, 2], minlength=64)
+    cells = completed_cells(tok, nacc, seed)
     return {"sequence": chi2_pvalue(cells, law["target_law"].reshape(-1)),
             "length": chi2_pvalue(np.bincount(nacc, minlength=3), law["length_law"])}
 
