@@ -72,6 +72,33 @@ struct FromE {
   bool sparse = true;  // the row has masked tokens: vectors of them skip the work
 };
 
+// One vector of p at p_at: FROM_E, computed from the transformed row e as materialize would
+// store it (a negative entry is a token the exp pass skipped, holding its d: its e = pexp(d)
+// is evaluated here unless the cut masks it anyway, `evaluate`, see materialize_t); else loaded.  False when every lane is +0 or masked:
+// the caller skips the vector (a NaN lane is kept, for the caller's checks).
+template <class S, bool FROM_E>
+inline bool p_lanes(const float* p_at, const FromE& fe, typename S::F vcut, bool evaluate,
+                    typename S::F& pv) {
+  using F = typename S::F;
+  const F zero = S::splat(0.0f);
+  if (!FROM_E) {
+    pv = S::load(p_at);
+    return any(ne_u(pv, zero));
+  }
+  F ev = S::load(p_at);
+  const typename S::M skipped = lt(ev, zero);
+  if (any(skipped))
+    ev = keep(mnot(skipped), ev) + (evaluate ? keep(skipped, pexp_v<S>(ev)) : zero);
+  if (!fe.sparse) {  // every token kept (a zero e, d < -86, gives p = 0 anyway)
+    pv = div_flush(ev, fe.ds);
+    return true;
+  }
+  const typename S::M in = ge(ev, vcut);
+  if (!any(in & ne_u(ev, zero))) return false;
+  pv = keep(in, div_flush(ev, fe.ds));
+  return true;
+}
+
 template <class S, bool HAS_Q, bool MIN = false, bool FROM_E = false, bool BETA = false>
 int64_t weight_lanes(const float* p, const float* q, float* r, int64_t i, int64_t end,
                      uint64_t& sum, bool& bad, FromE fe = {}, uint64_t* msum = nullptr) {
@@ -83,27 +110,9 @@ int64_t weight_lanes(const float* p, const float* q, float* r, int64_t i, int64_
   typename S::M vbad = lt(zero, zero);  // all false
   for (; i + S::W <= end; i += S::W) {
     F pv;
-    if (FROM_E) {
-      F ev = S::load(p + i);
-      const typename S::M skipped = lt(ev, zero);
-      if (any(skipped))
-        ev = keep(mnot(skipped), ev) + (evaluate ? keep(skipped, pexp_v<S>(ev)) : zero);
-      if (!fe.sparse) {  // every token kept (a zero e, d < -86, gives p = 0 anyway)
-        pv = div_flush(ev, fe.ds);
-      } else {
-        const typename S::M in = ge(ev, vcut);
-        if (!any(in & ne_u(ev, zero))) {
-          store(r + i, zero);
-          continue;
-        }
-        pv = keep(in, div_flush(ev, fe.ds));
-      }
-    } else {
-      pv = S::load(p + i);
-      if (!any(ne_u(pv, zero))) {
-        store(r + i, zero);
-        continue;
-      }
+    if (!p_lanes<S, FROM_E>(p + i, fe, vcut, evaluate, pv)) {
+      store(r + i, zero);
+      continue;
     }
     F rv = pv;
     if (HAS_Q && MIN) {  // disjoint masks: one term is +0, the sum is exact
@@ -195,22 +204,7 @@ int64_t pq_lanes(const float* p, const float* q, double rho, int64_t i, int64_t 
   WeightSum<S> ws;
   for (; i + S::W <= end; i += S::W) {
     F pv;
-    if (FROM_E) {
-      F ev = S::load(p + i);
-      const typename S::M skipped = lt(ev, zero);
-      if (any(skipped))
-        ev = keep(mnot(skipped), ev) + (evaluate ? keep(skipped, pexp_v<S>(ev)) : zero);
-      if (!fe.sparse) {
-        pv = div_flush(ev, fe.ds);
-      } else {
-        const typename S::M in = ge(ev, vcut);
-        if (!any(in & ne_u(ev, zero))) continue;
-        pv = keep(in, div_flush(ev, fe.ds));
-      }
-    } else {
-      pv = S::load(p + i);
-      if (!any(ne_u(pv, zero))) continue;
-    }
+    if (!p_lanes<S, FROM_E>(p + i, fe, vcut, evaluate, pv)) continue;
     if (BLOCK) {
       alignas(64) float pl[S::W];
       store(pl, pv);
