@@ -73,9 +73,10 @@ def traversal_rows(target, q, par, ids, top_p, temperature=0.8):
     every node its walk visits and the draft row of each visited node with children, counted
     by running the reference's walk (the C++ walk visits the same nodes: same coins)."""
     from specops.reference import traversal as T
+    from specops.reference.tree import tree_depths
     B, N, V = target.shape
     params = (R.inv_temperature(temperature), np.int64(0), np.float32(top_p), np.float32(0))
-    depth = T.tree_depths(par[0].numpy(), N, ids[0].numpy(), V, N)
+    depth = tree_depths(par[0].numpy(), N, ids[0].numpy(), V, N)
     t_rows, d_rows = [], []
     for b in range(B):
         seen = set()
