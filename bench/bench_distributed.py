@@ -156,14 +156,19 @@ def _rank_main(rank, out_file, reps):
     dist.destroy_process_group()
 
 
-def timing_table(emit, reps):
+def timing_rows(reps):
+    """Rank 0's rows of the 2-process timing: (setting, medians, same tokens, accepted)."""
     import torch.multiprocessing as mp
-    load_before = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rows.pt")
         mp.start_processes(_rank_main, args=(out, reps), nprocs=2, join=True,
                            start_method="spawn")
-        rows = torch.load(out, weights_only=False)
+        return torch.load(out, weights_only=False)
+
+
+def timing_table(emit, reps):
+    load_before = os.getloadavg()
+    rows = timing_rows(reps)
     load_after = os.getloadavg()
     emit("## Time on 2 CPU processes (gloo, one thread each)")
     emit()

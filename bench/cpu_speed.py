@@ -22,7 +22,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import tempfile
 
 import torch
 
@@ -78,17 +77,11 @@ def tree_rows(emit, reps):
 
 
 def dist_rows(emit, reps):
-    import torch.multiprocessing as mp
-
-    from bench import bench_distributed as bd
+    from bench.bench_distributed import timing_rows
     emit(f"### Vocabulary shards, 2 gloo ranks, one thread each (medians of {reps}; "
          f"load {_load()})")
     emit()
-    with tempfile.TemporaryDirectory() as tmp:
-        path = os.path.join(tmp, "rows.pt")
-        mp.start_processes(bd._rank_main, args=(path, reps), nprocs=2, join=True,
-                           start_method="spawn")
-        rows = torch.load(path, weights_only=False)
+    rows = timing_rows(reps)
     emit("| setting | sharded ms | floor ms | coll. ms | gather + verify ms | "
          "sharded / (3 floor + coll.) | gather / sharded | same tokens |")
     emit("|---|---|---|---|---|---|---|---|")
