@@ -109,17 +109,10 @@ class TraversalWalk : TreeRequest {
   // The target row of node c at level k (copied out of the transform's scratch), nullptr
   // if invalid.
   const float* target_row(int64_t c, size_t k) {
-    const int64_t row = base_ + c;
-    if (a_.target_is_probs) {
-      const float* p = f32_row(a_.target, row);
-      return probs_row_valid(p, V_) ? p : nullptr;
-    }
-    RowP P;
-    if (!transform_row(a_.target, row, inv_t_, top_k_, top_p_, min_p_, grow(w_.et, V_), w_, P))
-      return nullptr;
-    P.materialize(V_);
+    const float* p = target_p(c);
+    if (!p || a_.target_is_probs) return p;  // (a probability row is read in place)
     float* dst = level_row(tw_.p, k, V_);
-    std::copy(P.e, P.e + V_, dst);
+    std::copy(p, p + V_, dst);
     return dst;
   }
 

@@ -64,20 +64,6 @@ class TreeWalk : TreeRequest {
   }
 
  private:
-  // p_c: transformed (logits) or checked in full (probabilities); nullptr if invalid.
-  const float* target_p(int64_t c) {
-    const int64_t row = base_ + c;
-    if (a_.target_is_probs) {
-      const float* p = f32_row(a_.target, row);
-      return probs_row_valid(p, V_) ? p : nullptr;
-    }
-    RowP P;
-    if (!transform_row(a_.target, row, inv_t_, top_k_, top_p_, min_p_, grow(w_.et, V_), w_, P))
-      return nullptr;
-    P.materialize(V_);
-    return P.e;
-  }
-
   // q_c (the probability row, or the transformed draft row materialised) and Q = sum
   // trunc(q_c * 2^60); Q = 0 for an unusable row.  Qw itself is written only at the node's
   // first rejection (lazy_rows).  A transformed row always passes the probability-row check

@@ -68,6 +68,21 @@ class TreeRequest {
     return -1;
   }
 
+  // p_c: transformed (logits; in the transform's scratch row, valid until the next
+  // transform) or checked in full (probabilities, read in place); nullptr if invalid.
+  const float* target_p(int64_t c) {
+    const int64_t row = base_ + c;
+    if (a_.target_is_probs) {
+      const float* p = f32_row(a_.target, row);
+      return probs_row_valid(p, V_) ? p : nullptr;
+    }
+    RowP P;
+    if (!transform_row(a_.target, row, inv_t_, top_k_, top_p_, min_p_, grow(w_.et, V_), w_, P))
+      return nullptr;
+    P.materialize(V_);
+    return P.e;
+  }
+
   // Greedy requests: the lowest-index argmax of p_c, -1 if the row is invalid.
   int64_t greedy_argmax(int64_t c) {
     const int64_t row = base_ + c;
