@@ -87,6 +87,24 @@ def row_args(target, target_row_start, draft_ids, draft_row_start, num_draft, dr
                    top_k, top_p, min_p), q_mode_of(draft, draft_is_probs)
 
 
+class TreeLaunch(NamedTuple):
+    """What every tree launcher derives from its arguments before allocating scratch."""
+    B: int
+    N: int
+    V: int
+    D: int              # max_depth, at least 0
+    outputs: tuple      # tree_outputs(B, D), unfilled
+    q: torch.Tensor     # the draft rows (the target for point-mass drafts: never read)
+    q_mode: int         # q_mode_of
+
+
+def tree_launch(target, node_ids, draft, draft_is_probs, max_depth) -> TreeLaunch:
+    B, N = node_ids.shape
+    D = max(int(max_depth), 0)
+    return TreeLaunch(B, N, target.shape[1], D, tree_outputs(B, D, target.device),
+                      target if draft is None else draft, q_mode_of(draft, draft_is_probs))
+
+
 def tree_sizes(N: int, depth: int, V: int, device) -> dict:
     """Tile and power-of-2 sizes of a tree kernel: BLOCK_V, N_P2 (node lanes), OUT_P2."""
     return dict(BLOCK_V=block_v(V, device), N_P2=max(16, next_pow2(N)),

@@ -18,7 +18,7 @@ import triton.language as tl
 from ._common import (NO_INDEX, P_CHECK_MAX, TAG_SAMPLE, U32_TO_UNIT, W_SCALE,
                       check_probs_tile, mulhi_u64, probs_tile, request_ok, row_stats,
                       stream_words)
-from ._launch import launch_opts, q_mode_of, tree_outputs, tree_sizes
+from ._launch import launch_opts, tree_launch, tree_sizes
 from ._tree_rows import find_weight, store_weights
 from ._walk_common import load_params, no_stats
 from .verify_tree import _greedy_node, _tree_shape
@@ -282,14 +282,11 @@ def verify_traversal(target, target_is_probs, node_ids, parents, num_nodes, draf
     the scratch rows are allocated here (4 x [B, max_depth + 1, V], 24 bytes per entry)."""
     if method not in ("traversal", "traversal_iid"):
         raise ValueError(f"method must be 'traversal' or 'traversal_iid', got {method!r}")
-    B, N = node_ids.shape
-    V, dev = target.shape[1], target.device
-    D = max(int(max_depth), 0)
-    tok, nacc, nodes, valid = tree_outputs(B, D, dev)
+    B, N, V, D, outs, q, q_mode = tree_launch(target, node_ids, draft, draft_is_probs, max_depth)
+    tok, nacc, nodes, valid = outs
     if B == 0:
-        return tok, nacc, nodes, valid
-    q_mode = q_mode_of(draft, draft_is_probs)
-    q = target if draft is None else draft
+        return outs
+    dev = target.device
     pf = torch.empty((B, D + 1, V), dtype=torch.float32, device=dev)
     qf = pf if draft is None else torch.empty_like(pf)
     r = torch.empty((B, D + 1, V), dtype=torch.int64, device=dev)

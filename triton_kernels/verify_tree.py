@@ -16,7 +16,7 @@ import triton.language as tl
 
 from ._common import (NO_INDEX, TAG_SAMPLE, U32_TO_UNIT, draw_row, logits_scan, mulhi_u64,
                       probs_check_argmax, request_ok, row_stats, stream_words)
-from ._launch import launch_opts, q_mode_of, tree_outputs, tree_sizes
+from ._launch import launch_opts, tree_launch, tree_sizes
 from ._tree_rows import find_weight, store_weights, update_residual
 from ._walk_common import load_params, no_stats
 
@@ -227,14 +227,11 @@ def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, dr
     host; the scratch rows are allocated here ([B, V] int64 each)."""
     if method not in ("rsd", "mss"):
         raise ValueError(f"method must be 'rsd' or 'mss', got {method!r}")
-    B, N = node_ids.shape
-    V, dev = target.shape[1], target.device
-    D = max(int(max_depth), 0)
-    tok, nacc, nodes, valid = tree_outputs(B, D, dev)
+    B, N, V, D, outs, q, q_mode = tree_launch(target, node_ids, draft, draft_is_probs, max_depth)
+    tok, nacc, nodes, valid = outs
     if B == 0:
-        return tok, nacc, nodes, valid
-    q_mode = q_mode_of(draft, draft_is_probs)
-    q = target if draft is None else draft
+        return outs
+    dev = target.device
     r = torch.empty((B, V), dtype=torch.int64, device=dev)
     qw = r if draft is None else torch.empty((B, V), dtype=torch.int64, device=dev)
     _verify_tree_kernel[(B,)](
