@@ -7,9 +7,6 @@ Metadata lives in pyproject.toml; this file only declares packages and the exten
 * ``SPECOPS_BUILD_JOBS`` caps the parallel compile jobs (default: all cores).
 * The CMake build folder is ``build/cmake-<python tag>`` in the checkout, kept between builds
   (a build from another cmake / Python / build environment starts it afresh).
-* ``triton_kernels/`` (top-level directory) is installed as ``specops.triton_kernels`` via
-  ``package_dir``; never as a top-level ``triton_kernels`` (that name belongs to another
-  package).  Editable installs map it through setuptools' editable finder.
 """
 import os
 import shutil
@@ -71,18 +68,6 @@ class CMakeBuild(build_ext):
             shutil.copy2(built, out)
 
 
-def _packages():
-    pkgs = find_packages(include=["specops", "specops.*"])
-    pkg_dir = {}
-    tk = ROOT / "triton_kernels"
-    if tk.is_dir():
-        pkg_dir["specops.triton_kernels"] = "triton_kernels"
-        pkgs.append("specops.triton_kernels")
-        pkgs += ["specops.triton_kernels." + p for p in find_packages(where=str(tk))]
-    return pkgs, pkg_dir
-
-
-packages, package_dir = _packages()
 build_cpp = os.environ.get("SPECOPS_BUILD_CPP", "1").strip().lower() not in ("0", "false",
                                                                                 "no", "off")
 
@@ -91,8 +76,7 @@ if not build_cpp:  # never package a _C left in build/ by an earlier in-tree bui
         stale.unlink()
 
 setup(
-    packages=packages,
-    package_dir=package_dir,
+    packages=find_packages(include=["specops", "specops.*"]),
     ext_modules=[CMakeExtension("specops._C")] if build_cpp else [],
     cmdclass={"build_ext": CMakeBuild} if build_cpp else {},
     zip_safe=False,

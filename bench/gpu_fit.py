@@ -1,6 +1,6 @@
 """The bandwidth model of ``python -m bench.gpu_model``: per-launch counts fitted over
 (B, V) and extrapolated, and the time they imply on an H200 under the constants production
-dispatch uses (``triton_kernels/_launch.py``: which verify path runs is chosen from them).
+dispatch uses (``specops/triton_kernels/_launch.py``: which verify path runs is chosen from them).
 """
 from __future__ import annotations
 

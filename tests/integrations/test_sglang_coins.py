@@ -102,7 +102,7 @@ def test_cpp_walk_equals_reference(ts, ta, isa):
 
 @pytest.mark.parametrize("ts,ta", [(1.0, 1.0), (0.9, 0.7)])
 def test_triton_walk_equals_reference(ts, ta):
-    """The Triton kernel (triton_kernels/verify_coins.py, under the interpreter here) the
+    """The Triton kernel (specops/triton_kernels/verify_coins.py, under the interpreter here) the
     same way, on the first 8 cases of the table (one launch each: ~1 s per case set)."""
     _check_walk_equals_reference(ts, ta, "triton", trials=8)
 
