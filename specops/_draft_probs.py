@@ -1,14 +1,29 @@
-"""The value check of ``draft_probs`` (the argument layer's, ``specops._args.prepare``): every
-row the walk may read is a probability row.  Its own module: it reads the canonical
-arguments (``specops._args.Canonical``) by attribute only."""
+"""The value checks of ``draft_probs`` (reference section 8), on the canonical arguments
+(``specops._args.Canonical``, read by attribute only).
+
+* ``validate=True``: ``check_draft_probs`` before the walk, every row the walk may read (a
+  shard's rows, ``specops.distributed``: their range only).
+* the default (``validate=None``, CPU tensors): the walk itself checks what it reads anyway
+  (``specops::verify`` with ``check_draft``; reference ``walk.draft_check``): ``q_j(y_j)`` at
+  every accepted position and the whole row the token was drawn from.  A backend whose walk
+  does not report it gets ``draft_bad_after`` (the same decision, computed from the walk's
+  outputs).  ``raise_draft_bad`` turns the walk's answer into the ValueError, after the walk
+  and before anything is returned.
+
+A probability row: every entry finite and in [0, 1], and its mass
+``sum trunc(q * 2**32)`` within ``DRAFT_MASS_TOLERANCE`` of ``2**32`` (an integer sum: the
+same decision on every backend, ISA level and memory layout).
+"""
 from __future__ import annotations
 
-import importlib
 import math
 
 import torch
 
-DRAFT_PROBS_TOLERANCE = 1e-2                # |row sum - 1| allowed in a checked draft_probs row
+from specops.reference.constants import (DRAFT_MASS_TOLERANCE, DRAFT_PROBS_TOLERANCE,  # noqa
+                                         P_CHECK_BITS)
+
+_ONE = 1 << P_CHECK_BITS
 
 
 def used_draft_rows(a):
@@ -25,72 +40,80 @@ def used_draft_rows(a):
     return live.to(torch.int8).cumprod(1).bool(), pos
 
 
-_NATIVE = []  # [probs_summary or None], resolved at the first check
-
-
-def _native_probs_summary(q):
-    """(lo, hi, smallest row sum, largest row sum) of a CPU float32 [rows, V] tensor by the C++
-    backend's one-read pass (specops._C.probs_summary, rows on torch's thread count), or None
-    where that backend is not built or q is not such a tensor (then torch reductions)."""
-    if not _NATIVE:
-        try:   # (by name: the argument layer does not import the backends' module)
-            _NATIVE.append(importlib.import_module("specops._C").probs_summary)
-        except (ImportError, AttributeError):
-            _NATIVE.append(None)
-    fn = _NATIVE[0]
-    if fn is None or not (q.is_cpu and q.dtype is torch.float32 and q.dim() == 2):
-        return None
-    rows, V = q.shape
-    s0, s1 = q.stride()
-    if rows and (s1 != 1 or s0 < V):
-        return None
-    return fn(q.data_ptr(), rows, V, s0, torch.get_num_threads())
+def _row_faults(q: torch.Tensor, shard: bool):
+    """(bad_range [rows], bad_mass [rows]) of draft rows."""
+    bad_range = ~((q >= 0) & (q <= 1)).all(-1)                   # NaN fails
+    if shard:
+        return bad_range, torch.zeros_like(bad_range)
+    mass = torch.where(bad_range[:, None], torch.zeros_like(q), q * float(_ONE))
+    mass = mass.to(torch.int64).sum(-1)                           # exact: q * 2**32 is exact
+    return bad_range, (mass - _ONE).abs() > DRAFT_MASS_TOLERANCE
 
 
 def check_draft_probs(a, shard: bool = False) -> None:
-    """Every draft_probs row the walk may read is a probability row: finite, every entry in
-    [0, 1], summing to 1 within ``DRAFT_PROBS_TOLERANCE`` (a shard: the range only).
-    ValueError naming the first bad row; a row with entries outside [0, 1] is most likely
-    logits, and the message says so.  One read of the rows (a min, max and sum per row: the C++
-    pass where the backend is built, else torch's reductions); the search for the first bad
-    row the walk reads runs only when it fails (padding rows need not be probability rows)."""
+    """``validate=True``: every draft_probs row the walk may read is a probability row (a
+    shard: the range only).  ValueError naming the first bad row read (padding rows need not
+    be probability rows)."""
     q = a.draft
-    summary = _native_probs_summary(q)
-    total = None
-    if summary is not None:                               # the C++ pass: one read, threaded
-        lo, hi, slo, shi = summary
-        if lo >= 0 and hi <= 1 and (shard or (1 - DRAFT_PROBS_TOLERANCE <= slo
-                                              and shi <= 1 + DRAFT_PROBS_TOLERANCE)):
-            return
-    else:
-        lo, hi = (float(v) for v in torch.aminmax(q))     # NaN shows as NaN: fails below
-        total = None if shard else q.sum(-1)
-        if lo >= 0 and hi <= 1:                           # every row, read or not, is fine
-            if shard:
-                return
-            slo, shi = (float(v) for v in torch.aminmax(total))
-            if 1 - DRAFT_PROBS_TOLERANCE <= slo and shi <= 1 + DRAFT_PROBS_TOLERANCE:
-                return
-    if total is None and not shard:                       # (some row fails: find it)
-        total = q.sum(-1)
-    used, pos = used_draft_rows(a)                        # some row is not: is it read?
-    at = pos.clamp(0, q.shape[0] - 1)
-    rlo, rhi = q.amin(-1), q.amax(-1)
-    bad_range = ~((rlo >= 0) & (rhi <= 1))
-    bad = bad_range if shard else bad_range | ~((total - 1).abs() <= DRAFT_PROBS_TOLERANCE)
-    hit = used & bad[at]
-    if not bool(hit.any()):
+    if q is None or q.shape[0] == 0:
         return
-    b, j = (int(v) for v in hit.nonzero()[0])
-    r = int(pos[b, j])
+    bad_range, bad_mass = _row_faults(q, shard)
+    if not bool((bad_range | bad_mass).any()):
+        return
+    used, pos = used_draft_rows(a)
+    hit = used & (bad_range | bad_mass)[pos.clamp(0, q.shape[0] - 1)]
+    if bool(hit.any()):
+        b, j = (int(v) for v in hit.nonzero()[0])
+        _raise(q, int(pos[b, j]), b, j)
+
+
+def draft_bad_after(a, num_accepted, valid) -> torch.Tensor:
+    """[B] int32: reference ``walk.draft_check`` of every request from the walk's outputs
+    (the first draft position whose checked values are not probabilities, -1 if none)."""
+    q, B = a.draft, a.batch
+    bad = torch.full((B,), -1, dtype=torch.int32)
+    if q is None or not a.draft_is_probs or B == 0 or a.max_k == 0 or q.shape[0] == 0:
+        return bad
+    inv = a.inv_temp if isinstance(a.inv_temp, torch.Tensor) else torch.full((B,), a.inv_temp)
+    used, pos = used_draft_rows(a)
+    rows = pos.clamp(0, q.shape[0] - 1)
+    j = torch.arange(a.max_k)[None, :]
+    n = num_accepted.long().cpu()[:, None]
+    y = a.draft_ids[rows].clamp(0, q.shape[1] - 1)
+    q_y = q[rows, y]
+    value_bad = used & (j < n) & ~((q_y >= 0) & (q_y <= 1))
+    kb = used.sum(1, keepdim=True)
+    drawn = used & (j == n) & (n < kb) & valid.cpu()[:, None]
+    row_range, row_mass = _row_faults(q, False)
+    row_bad = drawn & (row_range | row_mass)[rows]
+    faults = (value_bad | row_bad) & (inv.cpu() != 0)[:, None]
+    first = torch.where(faults, j.expand_as(faults), torch.full_like(faults, a.max_k, dtype=torch.int64))
+    first = first.min(1).values
+    return torch.where(first < a.max_k, first, -1).to(torch.int32)
+
+
+def raise_draft_bad(a, draft_bad) -> None:
+    """The ValueError of the default call's check: the first request whose walk found a
+    draft_probs value or row that is not a probability (``draft_bad`` >= 0)."""
+    hit = (draft_bad >= 0).nonzero()
+    if hit.numel() == 0:
+        return
+    b = int(hit[0, 0])
+    j = int(draft_bad[b])
+    _raise(a.draft, int(a.draft_row_start[b]) + j, b, j)
+
+
+def _raise(q, r: int, b: int, j: int):
     where = f"draft_probs row {r} (request {b}, draft position {j})"
-    if not (math.isfinite(float(rlo[r])) and math.isfinite(float(rhi[r]))):
+    row = q[r]
+    lo, hi = float(row.min()), float(row.max())
+    if not (math.isfinite(lo) and math.isfinite(hi)):
         raise ValueError(f"{where} holds NaN or inf: draft_probs rows must be the "
                          "probabilities the drafts were drawn from")
-    if bool(bad_range[r]):
-        raise ValueError(f"{where} has entries outside [0, 1] (min {float(rlo[r]):.4g}, max "
-                         f"{float(rhi[r]):.4g}): did you pass logits? use draft_logits= for "
-                         "the draft model's logits")
-    raise ValueError(f"{where} sums to {float(total[r]):.6g}, not 1 (within "
-                     f"{DRAFT_PROBS_TOLERANCE}): draft_probs rows must be the probabilities "
-                     "the drafts were drawn from (did you pass logits? use draft_logits=)")
+    if lo < 0 or hi > 1:
+        raise ValueError(f"{where} has entries outside [0, 1] (min {lo:.4g}, max {hi:.4g}): "
+                         "did you pass logits? use draft_logits= for the draft model's logits")
+    total = float(row.double().sum())
+    raise ValueError(f"{where} sums to {total:.6g}, not 1 (within {DRAFT_PROBS_TOLERANCE}): "
+                     "draft_probs rows must be the probabilities the drafts were drawn from "
+                     "(did you pass logits? use draft_logits=)")

@@ -18,10 +18,9 @@ import torch.utils._pytree as pytree
 from specops import _args
 from specops import reference as _ref
 from specops._contract import check_method, malformed_params
+from specops._draft_probs import draft_bad_after, raise_draft_bad
 from specops.backends import registry
-from specops.ops import accept_op, residual_sample_op, sampling_probs_op, verify_method_op
-from specops.ops import verify as _verify
-from specops.ops import verify_method as _verify_method
+from specops.ops import accept_op, library, residual_sample_op, sampling_probs_op
 
 Method = Literal["token", "block"]
 Backend = Literal["auto", "reference", "cpu", "triton"]
@@ -85,14 +84,6 @@ pytree.register_pytree_node(
     serialized_type_name="specops.RatedVerifyOutput")
 
 
-def _run_verify(a: _args.Canonical, backend: str):
-    """``specops::verify`` on canonical arguments: its kernel directly (scalars as Python
-    numbers) when eager, else the registered op (every value a tensor)."""
-    if _args.eager_direct():
-        return _verify.run(*a.op_args(), backend)
-    return _verify.verify_op(*a.to_op_tensors().op_args(), backend)
-
-
 def verify_block(target_logits: Optional[torch.Tensor] = None,
                  draft_token_ids: Optional[torch.Tensor] = None,
                  draft_probs: Optional[torch.Tensor] = None, *,
@@ -144,23 +135,24 @@ def verify_block(target_logits: Optional[torch.Tensor] = None,
     [B, K] float32 holds beta_j = min(1, sum min(p_j, q_j)) per position read (NaN
     elsewhere; reference section 10).
     """
-    token = type(method) is str and method == "token" and return_accept_rates is False
-    if not token:                               # (the engine's call passes both checks)
-        check_method(method)
+    if not (type(method) is str and method == "token" and return_accept_rates is False):
+        check_method(method)                    # (the engine's call passes both checks)
         _args.check_bool("return_accept_rates", return_accept_rates)
-    a = _args.prepare(target_logits, draft_token_ids, draft_probs, target_probs, draft_logits,
-                      temperature, top_k, top_p, min_p, num_draft_tokens, cu_num_draft_tokens,
-                      seed, offset, generator, max_num_draft_tokens, validate=validate)
+    a = _args.prepare(
+        target_logits=target_logits, draft_token_ids=draft_token_ids, draft_probs=draft_probs,
+        target_probs=target_probs, draft_logits=draft_logits, temperature=temperature,
+        top_k=top_k, top_p=top_p, min_p=min_p, num_draft_tokens=num_draft_tokens,
+        cu_num_draft_tokens=cu_num_draft_tokens, seed=seed, offset=offset, generator=generator,
+        max_num_draft_tokens=max_num_draft_tokens, validate=validate)
     name = registry.resolve(backend, a.target.device)
-    if token:
-        return VerifyOutput(*_run_verify(a, name))
-    if _args.eager_direct():
-        out = _verify_method.run(*a.op_args(), name, method, return_accept_rates)
-    else:
-        out = verify_method_op(*a.to_op_tensors().op_args(), name, method, return_accept_rates)
+    check = a.walk_checks_draft
+    tok, nacc, valid, rates, bad = library.run_verify(a, method, return_accept_rates, check,
+                                                      None, name, _args.eager_direct())
+    if check:                                   # the walk's draft_probs check (section 8)
+        raise_draft_bad(a, draft_bad_after(a, nacc, valid) if bad is None else bad)
     if return_accept_rates:
-        return RatedVerifyOutput(*out)
-    return VerifyOutput(*out[:3])
+        return RatedVerifyOutput(tok, nacc, valid, rates)
+    return VerifyOutput(tok, nacc, valid)
 
 
 def verify_block_unfused(target_logits: Optional[torch.Tensor] = None,
@@ -174,7 +166,8 @@ def verify_block_unfused(target_logits: Optional[torch.Tensor] = None,
     if kwargs.pop("method", "token") != "token" or kwargs.pop("return_accept_rates", False):
         raise ValueError("verify_block_unfused composes the token-wise views (accept, residual "
                          "sample); method='block' and return_accept_rates need verify_block")
-    a = _args.prepare(target_logits, draft_token_ids, draft_probs, **kwargs).to_op_tensors()
+    a = _args.prepare(target_logits=target_logits, draft_token_ids=draft_token_ids,
+                      draft_probs=draft_probs, **kwargs).to_op_tensors()
     name = registry.resolve(backend, a.target.device)
     B, max_k = a.batch, a.max_k
     dev = a.target.device
@@ -207,7 +200,10 @@ def verify_block_unfused(target_logits: Optional[torch.Tensor] = None,
     out = torch.where(j[None] == nacc[:, None].long(), tok[:, None].long(), out)
     out = torch.where(bad[:, None], torch.full_like(out, -1), out)
     nacc = torch.where(bad, torch.zeros_like(nacc), nacc)
-    return VerifyOutput(out.to(torch.int32), nacc, (tok >= 0) & ~bad)
+    valid = (tok >= 0) & ~bad
+    if a.walk_checks_draft:                     # the fused walk's check, from the outputs
+        raise_draft_bad(a, draft_bad_after(a, nacc, valid))
+    return VerifyOutput(out.to(torch.int32), nacc, valid)
 
 
 def sampling_probs(logits: torch.Tensor, temperature: PerRequest = 1.0,

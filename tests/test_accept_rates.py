@@ -113,8 +113,8 @@ def test_verify_method_opcheck(method, rates):
     # opcheck compares outputs with NaN != NaN)
     kw["draft_probs"] = specops.sampling_probs(kw["target_logits"][:, :3])[0]
     a = prepare(**kw).to_op_tensors()
-    torch.library.opcheck(torch.ops.specops.verify_method.default,
-                          (*a.op_args(), "cpu", method, rates))
+    torch.library.opcheck(torch.ops.specops.verify.default,
+                          (*a.op_args(), method, rates, False, None, "cpu"))
 
 
 @pytest.mark.skipif("cpu" not in specops.available_backends(), reason="C++ backend not built")

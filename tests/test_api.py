@@ -303,15 +303,15 @@ def _canonical(kind="full", V=23, K=3):
 
 @pytest.mark.parametrize("backend", ALL_BACKENDS)
 def test_opcheck_every_op(backend):
-    """The two registered ops, the walk's forced mode included; accept and residual_sample
-    are views over verify (specops/ops/), not ops of their own."""
+    """The registered ops, the walk's forced mode and its draft check included; accept and
+    residual_sample are views over verify (specops/ops/), not ops of their own."""
     from specops.ops import sampling_probs_op, verify_op
     # opcheck calls the op about ten times: the interpreter gets a case without filters
     a = _canonical("full" if backend == "triton" else "mixed")
-    torch.library.opcheck(verify_op, (*a.op_args(), backend))
+    torch.library.opcheck(verify_op, (*a.op_args(), "token", False, True, None, backend))
     B = a.num_draft.shape[0]
     forced = torch.tensor([0, 1, 3, -1, 2][:B], dtype=torch.int32)
-    torch.library.opcheck(verify_op, (*a.op_args(), backend, forced))
+    torch.library.opcheck(verify_op, (*a.op_args(), "token", False, False, forced, backend))
     rows = _args.rows_to_request(a.target_row_start, a.target.shape[0], torch.device("cpu"))
     params = [t[rows] for t in (a.inv_temp, a.top_k, a.top_p, a.min_p)]
     torch.library.opcheck(sampling_probs_op, (a.target, *params, backend))

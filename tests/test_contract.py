@@ -205,29 +205,31 @@ def test_ops_refuse_what_no_backend_defines(backend):
     max_depth < 0, an unknown method, and the forced mode with block verification (C++
     raised, the reference ran the token-wise forced walk, Triton dropped the argument):
     refused by every op and every fake, before any backend runs."""
-    from specops.ops import verify_method_op, verify_op, verify_tree_op
-    from specops.ops._preconditions import check_verify
+    from specops.ops.library import check_verify, verify_op, verify_tree_op
     args = _op_args(-1)
+    opts = ("token", False, False, None, backend)
     with pytest.raises(ValueError, match="max_k must be >= 0"):
-        verify_op(*args, backend)
+        verify_op(*args, *opts)
     with pytest.raises(ValueError, match="max_k must be >= 0"):
-        verify_method_op(*args, backend, "block", True)
+        verify_op(*args, "block", True, False, None, backend)
     with pytest.raises(ValueError, match="method must be 'token' or 'block'"):
-        verify_method_op(*_op_args(K), backend, "tree", False)
+        verify_op(*_op_args(K), "tree", False, False, None, backend)
     with pytest.raises(ValueError, match="token-wise only"):
         check_verify(K, "block", torch.zeros(2, dtype=torch.int64))
-    tree = specops.tree.prepare_tree(
-        torch.randn(2, 3, V), torch.zeros(2, 3, dtype=torch.long),
-        torch.tensor([[-1, 0, 0]] * 2)).to_op_tensors()
+    tree = specops._args.prepare_tree(
+        target_logits=torch.randn(2, 3, V), node_token_ids=torch.zeros(2, 3, dtype=torch.long),
+        parent_ids=torch.tensor([[-1, 0, 0]] * 2)).to_op_tensors()
     with pytest.raises(ValueError, match="max_depth must be >= 0"):
         verify_tree_op(*tree._replace(max_depth=-1).op_args(), backend)
+    with pytest.raises(ValueError, match="method must be"):
+        verify_tree_op(*tree._replace(method="block").op_args(), backend)
     from torch._subclasses.fake_tensor import FakeTensorMode
     with FakeTensorMode() as mode:
         fake = [mode.from_tensor(x) if isinstance(x, torch.Tensor) else x for x in args]
         with pytest.raises(ValueError, match="max_k must be >= 0"):
-            verify_op(*fake, backend)
+            verify_op(*fake, *opts)
         with pytest.raises(ValueError, match="max_k must be >= 0"):
-            verify_method_op(*fake, backend, "token", False)
+            verify_op(*fake, "block", True, True, None, backend)
 
 
 def test_method_names_come_from_one_place():

@@ -28,6 +28,9 @@ from __future__ import annotations
 import torch
 
 from specops import _C, _cache
+from specops._contract import IID_METHODS, TRAVERSAL_METHODS
+from specops._sgl_tree import malformed_sgl_requests
+from specops.reference.coins import ACC_CAP, check_thresholds
 from specops.backends.registry import BackendUnavailable
 
 
@@ -124,10 +127,12 @@ def _col(t, dtype, n: int, name: str, keep: list, ints: bool = False):
 
 def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start, num_draft,
            draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k,
-           forced_num_accepted=None, method="token", want_rates=False, native=None):
+           method="token", want_rates=False, check_draft=False, forced_num_accepted=None,
+           native=None):
     """``native`` (bench: the kernel timed alone) is called instead of ``_C.verify`` with the
     same keyword fields; then (its result, the tensors the fields point into, the outputs a
-    call writes) is returned."""
+    call writes) is returned.  ``check_draft``: not yet reported by the native walk (the
+    op computes it from the outputs)."""
     keep: list = []  # converted copies, alive until the call returns
     target_is_probs, draft_is_probs = bool(target_is_probs), bool(draft_is_probs)
     tgt = _matrix(target, target_is_probs, keep)
@@ -174,7 +179,7 @@ def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start
     if native is not None:
         return r, keep + [target, draft], outs
     del keep
-    return outs if target.is_cpu else tuple(t.to(target.device) for t in outs)
+    return outs
 
 
 def sampling_probs(logits, inv_temp, top_k, top_p, min_p):
@@ -198,12 +203,7 @@ def sampling_probs(logits, inv_temp, top_k, top_p, min_p):
 
 def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, draft_is_probs,
                 inv_temp, top_k, top_p, min_p, seed, offset, max_depth, method="rsd"):
-    if method not in ("rsd", "mss", "traversal", "traversal_iid"):
-        raise ValueError("method must be 'rsd', 'mss', 'traversal' or 'traversal_iid', got "
-                         f"{method!r}")
-    traversal = method in ("traversal", "traversal_iid")
-    if traversal and not hasattr(_C, "verify_traversal"):
-        raise RuntimeError("specops._C has no verify_traversal: rebuild it with `pip install -e .`")
+    traversal = method in TRAVERSAL_METHODS
     dev = target.device
     keep: list = []  # converted copies, alive until the call returns
     tgt = _rows(target, bool(target_is_probs))
@@ -239,10 +239,33 @@ def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, dr
         min_p=_col(min_p, F32, B, "min_p", keep),
         seed=_col(seed, I64, B, "seed", keep, True),
         offset=_col(offset, I64, B, "offset", keep, True),
-        mss=method in ("mss", "traversal_iid"),
+        mss=method in IID_METHODS,
         out_tokens=tok.data_ptr(), out_num_accepted=nacc.data_ptr(),
         out_nodes=nodes.data_ptr(), out_valid=valid.data_ptr(),
         threads=torch.get_num_threads())
     del keep
     out = (tok, nacc, nodes, valid)
     return out if dev.type == "cpu" else tuple(t.to(dev) for t in out)
+
+
+def coin_walk(target, candidates, next_token, next_sibling, coins, final_coins, max_depth,
+              threshold_single, threshold_acc):
+    """The caller-coin walk (section 13) by ``csrc/verify/coins.cpp`` on CPU tensors."""
+    B, N, V = target.shape
+    D = int(max_depth)
+    th = check_thresholds(threshold_single, threshold_acc)
+    keep = [t.contiguous() for t in (target, candidates, next_token, next_sibling, coins,
+                                     final_coins)]
+    tokens = torch.empty(B, D + 1, dtype=torch.int32)
+    nacc = torch.empty(B, dtype=torch.int32)
+    nodes = torch.empty(B, max(D, 1), dtype=torch.int32)
+    valid = torch.empty(B, dtype=torch.uint8)
+    acc = 1.0 if th.exact or th.acc >= 1.0 else max(th.acc, ACC_CAP)
+    _C.coin_walk(*(t.data_ptr() for t in keep), B, N, V, D, not th.exact, th.single, acc,
+                 tokens.data_ptr(), nacc.data_ptr(), nodes.data_ptr(), valid.data_ptr(),
+                 torch.get_num_threads())
+    bad = malformed_sgl_requests(next_token, next_sibling, candidates, D, V)
+    tokens[bad] = -1
+    nacc[bad] = 0
+    nodes[bad] = -1
+    return tokens, nacc, nodes[:, :D], valid.bool() & ~bad

@@ -37,6 +37,9 @@ import torch
 
 from specops import triton_kernels as _K
 from specops._cache import const_vec
+from specops._contract import TRAVERSAL_METHODS
+from specops._sgl_tree import coin_grid, convert_tree, present_out_of_range
+from specops.reference.coins import ACC_CAP, check_thresholds
 
 
 def _check_device(t):
@@ -76,7 +79,9 @@ def _rows(t):
 
 def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start, num_draft,
            draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k,
-           forced_num_accepted=None, method="token", want_rates=False):
+           method="token", want_rates=False, check_draft=False, forced_num_accepted=None):
+    """``check_draft`` is not reported by the kernels (the op computes it from the outputs;
+    on CUDA tensors the default call never asks)."""
     _check_device(target)
     B, dev = num_draft.shape[0], target.device
     rows = (_rows(target), bool(target_is_probs), _i64(target_row_start),
@@ -106,9 +111,30 @@ def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, dr
                 inv_temp, top_k, top_p, min_p, seed, offset, max_depth, method="rsd"):
     _check_device(target)
     B, dev = node_ids.shape[0], target.device
-    walk = _K.verify_traversal if method in ("traversal", "traversal_iid") else _K.verify_tree
+    walk = _K.verify_traversal if method in TRAVERSAL_METHODS else _K.verify_tree
     return walk(_rows(target), bool(target_is_probs), _i64(node_ids),
                           _i64(parents), _i64(num_nodes, B, dev), _rows(draft),
                           bool(draft_is_probs), _f32(inv_temp, B, dev), _i64(top_k, B, dev),
                           _f32(top_p, B, dev), _f32(min_p, B, dev), _i64(seed, B, dev),
                           _i64(offset, B, dev), int(max_depth), method)
+
+
+def coin_walk(target, candidates, next_token, next_sibling, coins, final_coins, max_depth,
+              threshold_single, threshold_acc):
+    """The caller-coin walk (section 13) by ``verify_coins.py`` on ``convert_tree``'s
+    renumbering (the coins' grid values computed here with torch); a malformed request
+    emits nothing."""
+    _check_device(target)
+    B, N, V = target.shape
+    th = check_thresholds(threshold_single, threshold_acc)
+    tree = convert_tree(next_token, next_sibling, int(max_depth))
+    order = tree.order
+    acc = 1.0 if th.exact or th.acc >= 1.0 else max(th.acc, ACC_CAP)
+    tok, nacc, nodes, valid = _K.coin_walk(
+        target, order, tree.parent_ids, tree.present, candidates.gather(1, order),
+        coin_grid(coins).gather(1, order), coin_grid(final_coins), int(max_depth), th.single,
+        acc, not th.exact)
+    bad = tree.malformed | present_out_of_range(tree, candidates, V).any(1)
+    keep = ~bad
+    return (torch.where(keep[:, None], tok, -1), torch.where(keep, nacc, 0),
+            torch.where(keep[:, None], nodes, -1), valid & keep)

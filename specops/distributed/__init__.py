@@ -81,12 +81,17 @@ def verify_block(target_logits: Optional[torch.Tensor] = None,
         if v_local < 1:
             raise ValueError("each rank's shard must hold at least one vocabulary column, "
                              f"got target shape {tuple(getattr(target, 'shape', ()))}")
-        a = _args.prepare(target_logits, draft_token_ids, draft_probs, target_probs,
-                          draft_logits, temperature, top_k, top_p, min_p, num_draft_tokens,
-                          cu_num_draft_tokens, seed, offset, generator, max_num_draft_tokens,
-                          validate=validate, vocab_size=vocab_size or _ref.MAX_VOCAB)
+        a = _args.prepare(
+            target_logits=target_logits, draft_token_ids=draft_token_ids,
+            draft_probs=draft_probs, target_probs=target_probs, draft_logits=draft_logits,
+            temperature=temperature, top_k=top_k, top_p=top_p, min_p=min_p,
+            num_draft_tokens=num_draft_tokens, cu_num_draft_tokens=cu_num_draft_tokens,
+            seed=seed, offset=offset, generator=generator,
+            max_num_draft_tokens=max_num_draft_tokens, validate=validate,
+            vocab_size=vocab_size or _ref.MAX_VOCAB)
+        scalar_inv_temp = a.inv_temp if not isinstance(a.inv_temp, torch.Tensor) else None
         a = a.to_op_tensors()
-        agree = _decisions(a, vocab_start, v_local, top_k, top_p, temperature, validate)
+        agree = _decisions(a, vocab_start, v_local, top_k, top_p, scalar_inv_temp, validate)
     except (ValueError, TypeError) as ex:
         if not exchange:
             raise
@@ -124,19 +129,20 @@ def verify_block(target_logits: Optional[torch.Tensor] = None,
     return VerifyOutput(tok, nacc, valid)
 
 
-def _decisions(a: _args.Canonical, vocab_start, v_local, top_k, top_p, temperature,
+def _decisions(a: _args.Canonical, vocab_start, v_local, top_k, top_p, scalar_inv_temp,
                validate) -> Agreement:
     """What this rank knows before the exchange: its shard, the largest draft id it may
     read (-1: none read), and whether a filter or a sampled row may be on.  The last three
-    decide which collectives run, so the exchange ORs them over the ranks."""
+    decide which collectives run, so the exchange ORs them over the ranks.  Greedy is the
+    argument layer's decision (``inv_temp == 0``: float32(T) below float32(1e-5)), never
+    the raw temperature's (``scalar_inv_temp``: the canonical value of a Python number)."""
     if a.target_is_probs:                   # filters with target_probs are malformed
         has_topk = has_topp = False
     else:
         has_topk = _maybe(top_k, a.top_k, 0, validate)
         has_topp = _maybe(top_p, a.top_p, 1.0, validate)
-    sampled = a.batch > 0 and not (isinstance(temperature, numbers.Real) and
-                                   float(temperature) < float(_ref.GREEDY_TEMPERATURE))
-    if sampled and _args.may_read(validate, a.inv_temp):
+    sampled = a.batch > 0 and scalar_inv_temp != 0.0
+    if sampled and scalar_inv_temp is None and _args.may_read(validate, a.inv_temp):
         sampled = bool((a.inv_temp != 0).any())
     max_id = -1
     if a.draft_ids.numel() and _args.may_read(validate, a.draft_ids):

@@ -121,11 +121,11 @@ from typing import NamedTuple, Optional
 import torch
 
 from specops import _args, _contract
-from specops.integrations.sglang_coins import (coin_walk, coin_walk_cpu,  # noqa: F401
-                                               coin_walk_triton,
-                                               greedy_walk, native_walk,
-                                               top_k_renorm_prob_fallback,
-                                               top_p_renorm_prob_fallback)
+from specops._sgl_tree import SglTree, convert_tree, present_out_of_range
+from specops.backends import registry
+from specops.integrations._sglang_torch import (greedy_walk, top_k_renorm_prob_fallback,
+                                                top_p_renorm_prob_fallback)
+from specops.ops import library
 from specops.reference.coins import check_thresholds
 from specops.tree import verify_tree
 
@@ -135,90 +135,6 @@ __all__ = ["tree_speculative_sampling_target_only", "tree_speculative_sampling",
            "convert_tree", "SglTree", "seeds_from_uniforms"]
 
 _MASK32 = 0xFFFFFFFF
-
-
-class SglTree(NamedTuple):
-    """sgl-kernel's first-child / next-sibling tree in ``verify_tree``'s layout.
-
-    order [B, N] int64: ``order[b, m]`` = the sgl slot of new node m (new node 0 is the
-    root; present nodes first, in binary-tree depth order; absent ones after, in slot order).
-    parent_ids [B, N] int64: parent of new node m in new indices (-1 for the root and for
-    absent nodes).  present [B, N] bool: in new order.  depth [B, N] int64: tree depth of new
-    node m (-1: absent).  malformed [B] bool: the request's links are out of contract."""
-    order: torch.Tensor
-    parent_ids: torch.Tensor
-    present: torch.Tensor
-    depth: torch.Tensor
-    malformed: torch.Tensor
-
-
-def convert_tree(retrive_next_token: torch.Tensor, retrive_next_sibling: torch.Tensor,
-                 max_depth: Optional[int] = None) -> SglTree:
-    """Convert sgl-kernel's links to parent ids in a node order ``verify_tree`` walks the
-    way sgl-kernel does (see the module docstring).  On the links' device, ``O(log N)``
-    vectorised steps, no host synchronisation.  ``max_depth`` (default N - 1): nodes deeper
-    are absent.  A request is malformed if a link is outside [-1, N), a node is the target
-    of two links, or a link points at the root (node 0)."""
-    if retrive_next_token.dim() != 2 or retrive_next_token.shape != retrive_next_sibling.shape:
-        raise ValueError("retrive_next_token and retrive_next_sibling must both be [bs, n], got "
-                         f"{tuple(retrive_next_token.shape)} and "
-                         f"{tuple(retrive_next_sibling.shape)}")
-    B, N = retrive_next_token.shape
-    if max_depth is None:
-        max_depth = N - 1
-    dev = retrive_next_token.device
-    nt = retrive_next_token.to(device=dev, dtype=torch.int64)
-    ns = retrive_next_sibling.to(device=dev, dtype=torch.int64)
-    ar = torch.arange(N, device=dev, dtype=torch.int64)
-    bad = ((nt < -1) | (nt >= N) | (ns < -1) | (ns >= N)).any(1)
-
-    # every link (first-child links, then next-sibling links) as source -> target; links that
-    # are -1 or out of range go to the dummy slot N
-    tgt = torch.cat([nt, ns], 1)
-    tgt = torch.where((tgt >= 0) & (tgt < N), tgt, torch.full_like(tgt, N))
-    src = torch.cat([ar, ar]).expand(B, 2 * N)
-    is_child = torch.cat([torch.ones(N, dtype=torch.int64, device=dev),
-                          torch.zeros(N, dtype=torch.int64, device=dev)]).expand(B, 2 * N)
-    indeg = torch.zeros(B, N + 1, dtype=torch.int64, device=dev).scatter_add_(
-        1, tgt, torch.ones_like(tgt))
-    bad = bad | (indeg[:, :N] > 1).any(1) | (indeg[:, 0] > 0)
-    # binary-tree parent (the node whose first-child or next-sibling link points here) and
-    # whether that link is a first-child link; slot N is the dead sink
-    bp = torch.full((B, N + 1), -1, dtype=torch.int64, device=dev).scatter_reduce_(
-        1, tgt, src, "amax", include_self=True)
-    first = torch.zeros(B, N + 1, dtype=torch.int64, device=dev).scatter_reduce_(
-        1, tgt, is_child, "amax", include_self=True)
-    bp[:, 0] = -1
-    bp[:, N] = -1
-    first[:, N] = 0
-    linked = bp >= 0
-    sink = torch.full_like(bp, N)
-    anc = torch.where(linked, bp, sink)
-    anc[:, 0] = 0                                    # the root is its own ancestor
-    bdepth = linked.long()                           # binary-tree depth (child + sibling links)
-    depth = first * linked.long()                    # tree depth (child links only)
-    # the first sibling of every node's sibling chain (a node whose link is a child link, or
-    # that has no link, is its own head)
-    slots = torch.arange(N + 1, device=dev, dtype=torch.int64).expand(B, N + 1)
-    head = torch.where((first > 0) | ~linked, slots, bp)
-    for _ in range(max(1, (N - 1).bit_length())):
-        bdepth = bdepth + bdepth.gather(1, anc)
-        depth = depth + depth.gather(1, anc)
-        anc = anc.gather(1, anc)
-        head = head.gather(1, head)
-    reach = anc[:, :N] == 0
-    present = reach & (depth[:, :N] <= max_depth)
-    present[:, 0] = True
-    parent_old = bp.gather(1, head)[:, :N]           # tree parent, in sgl slots
-    key = torch.where(present, bdepth[:, :N], torch.full_like(ar, N).expand(B, N))
-    order = torch.sort(key, dim=1, stable=True).indices
-    new_of_old = torch.empty_like(order).scatter_(1, order, ar.expand(B, N).contiguous())
-    par = torch.where(present, new_of_old.gather(1, parent_old.clamp(0, N - 1)),
-                      torch.full_like(key, -1))
-    par[:, 0] = -1
-    dep = torch.where(present, depth[:, :N], torch.full_like(key, -1))
-    return SglTree(order, par.gather(1, order), present.gather(1, order), dep.gather(1, order),
-                   bad)
 
 
 def _mix32(x: torch.Tensor) -> torch.Tensor:
@@ -484,8 +400,10 @@ def verify_tree_greedy(predicts: torch.Tensor, accept_index: torch.Tensor,
     tree = _checked_tree(retrive_next_token, retrive_next_sibling, S, N, validate)
     walk = greedy_walk(candidates, retrive_next_token, retrive_next_sibling, retrive_index,
                        target_predict, S)
-    _write_walk(walk, tree.malformed, retrive_index, predicts, accept_index, accept_token_num,
-                S, N)
+    bad = tree.malformed
+    walk = _Walked(torch.where(bad[:, None], -1, walk.token_ids),
+                   torch.where(bad, 0, walk.num_accepted), walk.accepted_nodes, ~bad)
+    _write_walk(walk, retrive_index, predicts, accept_index, accept_token_num, S, N)
 
 
 def tree_speculative_sampling(
@@ -594,9 +512,8 @@ def _run_coins(predicts, accept_index, accept_token_num, candidates, retrive_ind
                retrive_next_token, retrive_next_sibling, uniform_samples,
                uniform_samples_for_final_sampling, target_probs, threshold_single,
                threshold_acc, validate, backend):
-    """The section 13 walk (caller coins) and its in-place outputs: the C++ kernel
-    (``backend="cpu"``, or "auto" on CPU tensors) or the int64 torch ops (any other backend
-    name, any device); both are the reference's walk bit for bit."""
+    """The section 13 walk (caller coins: ``specops::coin_walk`` on the resolved backend; an
+    unknown name is a ValueError) and its in-place outputs."""
     if not isinstance(target_probs, torch.Tensor) or target_probs.dim() != 3:
         raise ValueError("target_probs must be a [bs, n, vocab] tensor, got "
                          f"{getattr(target_probs, 'shape', type(target_probs).__name__)}")
@@ -617,45 +534,33 @@ def _run_coins(predicts, accept_index, accept_token_num, candidates, retrive_ind
         if not t.dtype.is_floating_point or t.device != dev:
             raise TypeError(f"{name} must be a float tensor on {dev}, got {t.dtype} on "
                             f"{t.device}")
+    name = registry.resolve(backend, dev)
     tree = _checked_tree(retrive_next_token, retrive_next_sibling, S, N, validate)
-    present_bad = (tree.present & ((candidates.long().gather(1, tree.order) < 0)
-                                   | (candidates.long().gather(1, tree.order) >= V)))
-    present_bad[:, 0] = False
     if _args.may_read(validate, candidates):
-        bad = present_bad.any(1).nonzero().flatten().tolist()
+        bad = present_out_of_range(tree, candidates, V).any(1).nonzero().flatten().tolist()
         if bad:
             raise ValueError(f"candidates of request(s) {bad} hold a token outside "
                              f"[0, vocab={V}) at a node of the tree")
-    if backend == "triton":
-        walk = coin_walk_triton(candidates, tree, uniform_samples,
-                                uniform_samples_for_final_sampling, target_probs, S, th)
-    elif backend == "cpu" or (backend == "auto" and dev.type == "cpu" and native_walk()):
-        walk = coin_walk_cpu(candidates, retrive_next_token, retrive_next_sibling,
-                             uniform_samples, uniform_samples_for_final_sampling, target_probs,
-                             S, th)
-    else:
-        walk = coin_walk(candidates, tree, uniform_samples, uniform_samples_for_final_sampling,
-                         target_probs, S, th)
-    _write_walk(walk, tree.malformed | present_bad.any(1), retrive_index, predicts,
-                accept_index, accept_token_num, S, N)
-    return walk.valid & ~tree.malformed
+    D = max(0, min(S, N) - 1)
+    walk = _Walked(*library.run_coin_walk(
+        target_probs, candidates, retrive_next_token, retrive_next_sibling,
+        uniform_samples.reshape(B, N), uniform_samples_for_final_sampling.reshape(B), D,
+        th.single, th.acc, name, _args.eager_direct()))
+    _write_walk(walk, retrive_index, predicts, accept_index, accept_token_num, S, N)
+    return walk.valid
 
 
-def _write_walk(walk, malformed, retrive_index, predicts, accept_index, accept_token_num,
-                S, N):
-    """A walk in sgl slots -> the three outputs; a malformed request writes 0 accepted and
-    -1 at its root's ``predicts`` entry."""
+def _write_walk(walk, retrive_index, predicts, accept_index, accept_token_num, S, N):
+    """A walk in sgl slots -> the three outputs (a malformed request, which the op emitted
+    nothing for, writes 0 accepted and -1 at its root's ``predicts`` entry)."""
     B = retrive_index.shape[0]
     D = max(0, min(S, N) - 1)
-    tokens = torch.where(malformed[:, None], torch.full_like(walk.token_ids, -1),
-                         walk.token_ids)
-    nacc = torch.where(malformed, torch.zeros_like(walk.num_accepted), walk.num_accepted)
     order = torch.arange(N, device=retrive_index.device).expand(B, N)
-    out = _Walked(tokens, nacc, walk.accepted_nodes)
-    _write_outputs(out, order, retrive_index, predicts, accept_index, accept_token_num, D)
+    _write_outputs(walk, order, retrive_index, predicts, accept_index, accept_token_num, D)
 
 
 class _Walked(NamedTuple):
     token_ids: torch.Tensor
     num_accepted: torch.Tensor
     accepted_nodes: torch.Tensor
+    valid: torch.Tensor

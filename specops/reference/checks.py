@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from .constants import P_CHECK_BITS
+from .constants import DRAFT_MASS_TOLERANCE, P_CHECK_BITS
 
 
 def params_ok(inv_t, top_k, top_p, min_p) -> bool:
@@ -42,3 +42,18 @@ def probs_row_valid(p: np.ndarray) -> bool:
         return False
     mass = int(np.trunc(p.astype(np.float64) * 2.0 ** P_CHECK_BITS).astype(np.int64).sum())
     return 0 < mass <= (1 << (P_CHECK_BITS + 2))
+
+
+def draft_value_ok(v) -> bool:
+    """A draft_probs value the accept test read is a probability: finite, in [0, 1]."""
+    return bool(0 <= np.float32(v) <= 1)
+
+
+def draft_row_ok(q: np.ndarray) -> bool:
+    """A draft_probs row is a probability row (section 8's check): every entry in [0, 1]
+    (NaN fails) and ``|sum trunc(q * 2**32) - 2**32| <= DRAFT_MASS_TOLERANCE``."""
+    q = np.asarray(q, dtype=np.float32)
+    if not ((q >= 0) & (q <= 1)).all():
+        return False
+    mass = int(np.trunc(q.astype(np.float64) * 2.0 ** P_CHECK_BITS).astype(np.int64).sum())
+    return abs(mass - (1 << P_CHECK_BITS)) <= DRAFT_MASS_TOLERANCE

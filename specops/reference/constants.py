@@ -25,3 +25,8 @@ EXP_LN2_LO = np.float32(1.428606765330187045e-06)
 # Taylor coefficients of exp on |r| <= ln2/2, highest degree first (Horner order).
 EXP_COEFFS = tuple(np.float32(c) for c in (
     1.0 / 5040.0, 1.0 / 720.0, 1.0 / 120.0, 1.0 / 24.0, 1.0 / 6.0, 0.5, 1.0, 1.0))
+# A draft_probs row the public call checks (section 8): finite, in [0, 1], and its mass
+# sum trunc(q * 2**P_CHECK_BITS) within DRAFT_MASS_TOLERANCE of 2**P_CHECK_BITS (1e-2 of it,
+# an integer sum: the same decision on every backend and ISA level, in any order).
+DRAFT_PROBS_TOLERANCE = 1e-2
+DRAFT_MASS_TOLERANCE = int(DRAFT_PROBS_TOLERANCE * 2 ** 32)       # 42949672

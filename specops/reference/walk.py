@@ -15,7 +15,7 @@ from typing import Optional
 
 import numpy as np
 
-from .checks import request_ok
+from .checks import draft_row_ok, draft_value_ok, request_ok
 from .draw import (accept_rate, block_draw_weights, block_next_rho, block_stop_probability,
                    block_weights, draw_from, draw_index, integer_weights, residual_row)
 from .philox import accept_uniform, sample_uniform64
@@ -173,10 +173,26 @@ def block_walk(rows: Rows, rates: Optional[np.ndarray] = None):
                                               rhos[tau]), U)
 
 
+def draft_check(rows: Rows, n: int, valid: bool) -> int:
+    """The default call's draft_probs check (section 8) of one request after its walk: the
+    first draft position whose checked values are not probabilities, else -1.  Checked:
+    ``q_j(y_j)`` of every accepted position ``j < n``, and the whole row of the position the
+    token was drawn from the residual (``n < kb`` in a valid request).  Greedy requests, a
+    bonus draw and point-mass or logits drafts check nothing."""
+    if rows.greedy or rows.draft is None or not rows.draft_is_probs:
+        return -1
+    for j in range(n):
+        if not draft_value_ok(rows.draft[rows.d0 + j][int(rows.ids[j])]):
+            return j
+    if valid and n < rows.kb and not draft_row_ok(rows.draft[rows.d0 + n]):
+        return n
+    return -1
+
+
 def verify_rows_ref(target, target_is_probs, target_row_start, draft_ids, draft_row_start,
                     num_draft, draft, draft_is_probs, inv_temp, top_k, top_p, min_p,
                     seed, offset, max_k, forced_num_accepted=None, method: str = "token",
-                    want_rates: bool = False):
+                    want_rates: bool = False, check_draft: bool = False):
     """The one verification walk every backend implements (flattened layout, section 7).
 
     target [N, V] (float logits or float32 probs), request b's row j is
@@ -185,7 +201,9 @@ def verify_rows_ref(target, target_is_probs, target_row_start, draft_ids, draft_
     drafts); per-request [B] arrays for everything else.  ``forced_num_accepted`` [B] (or
     None) selects the forced mode of section 7.  ``method``: "token" (section 1) or "block"
     (section 9).  Returns numpy (token_ids [B, max_k + 1] int32, num_accepted [B] int32,
-    valid [B] bool), and accept_rates [B, max_k] float32 (section 10) with ``want_rates``.
+    valid [B] bool), then accept_rates [B, max_k] float32 (section 10) with ``want_rates``,
+    then draft_bad [B] int32 (``draft_check``; -1 everywhere in the forced mode) with
+    ``check_draft``.
     """
     target = np.asarray(target)
     V = target.shape[-1]
@@ -194,6 +212,7 @@ def verify_rows_ref(target, target_is_probs, target_row_start, draft_ids, draft_
     nacc = np.zeros(B, dtype=np.int32)
     valid = np.zeros(B, dtype=bool)
     rates = np.full((B, max(max_k, 0)), np.nan, dtype=np.float32)
+    bad = np.full(B, -1, dtype=np.int32)
     if method not in METHODS:
         raise ValueError(f"method must be 'token' or 'block', got {method!r}")
     draft_ids = np.asarray(draft_ids).reshape(-1)
@@ -222,4 +241,7 @@ def verify_rows_ref(target, target_is_probs, target_row_start, draft_ids, draft_
         if 0 <= token < V:
             out[b, n] = token
             valid[b] = True
-    return (out, nacc, valid, rates) if want_rates else (out, nacc, valid)
+        if check_draft and forced_num_accepted is None:
+            bad[b] = draft_check(rows, n, bool(valid[b]))
+    return (out, nacc, valid) + ((rates,) if want_rates else ()) + \
+        ((bad,) if check_draft else ())

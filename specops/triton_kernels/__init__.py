@@ -22,3 +22,4 @@ from .verify_traversal import verify_traversal
 
 __all__ = ["sampling_probs", "verify", "verify_block", "accept_rates", "verify_tree",
            "verify_traversal", "filters_on", "INTERPRETED"]
+from .verify_coins import coin_walk

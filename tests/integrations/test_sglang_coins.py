@@ -1,7 +1,8 @@
 """The SGLang drop-in's caller-coin mode (contract section 13) against the reference.
 
-``specops.integrations.sglang_coins`` runs the walk as integer torch ops on the tensors'
-device; here it must write exactly the outputs ``reference.coins.verify_coins_ref`` implies,
+``specops::coin_walk`` on every backend (the reference backend, the C++ kernel at every ISA
+level, the Triton kernel under the interpreter) must write, through the drop-in, exactly the
+outputs ``reference.coins.verify_coins_ref`` implies,
 token for token, on a table of random trees (shuffled sibling orders, repeated tokens,
 zero-probability children, unreachable slots), random and boundary coins (0, NaN, 1, values
 below the 2**-24 grid), every threshold mode, and invalid rows.  Also: ``verify_tree_greedy``
@@ -17,11 +18,11 @@ import pytest
 import torch
 
 from specops.integrations import sglang as S
-from specops.integrations.sglang_coins import native_walk
+from specops.backends import registry
 from specops.reference import coins as RC
 from tests.integrations.test_sglang import outputs, random_probs, random_sgl_tree
 
-BACKENDS = ["torch"] + (["cpu"] if native_walk() else [])
+BACKENDS = ["reference"] + (["cpu"] if registry.is_available("cpu") else [])
 THRESHOLDS = [(1.0, 1.0), (0.0, 0.0), (0.9, 0.7), (0.3, 1.0), (1.0, 0.25), (1.0, 1e-12)]
 
 
@@ -84,19 +85,18 @@ def _check_walk_equals_reference(ts, ta, backend, trials=24):
 
 
 @pytest.mark.parametrize("ts,ta", THRESHOLDS)
-def test_torch_walk_equals_reference(ts, ta):
-    """The int64 torch ops (every device's implementation) write, token for token (all three
-    outputs and ``valid``), what the reference's walk implies.  Catches any difference in
-    the integer coin threshold, the sibling order, the coin read at the accepted node,
-    duplicate handling, thresholds, the final draw or invalid rows."""
-    _check_walk_equals_reference(ts, ta, "torch")
+def test_reference_backend_writes_the_reference_walk(ts, ta):
+    """The reference backend through the drop-in writes, token for token (all three outputs
+    and ``valid``), what the reference's walk implies: the output writing, the sibling slots
+    and the thresholds' path through the op."""
+    _check_walk_equals_reference(ts, ta, "reference")
 
 
 @pytest.mark.parametrize("ts,ta", THRESHOLDS)
 def test_cpp_walk_equals_reference(ts, ta, isa):
-    """The C++ kernel (csrc/verify/coins.cpp), at every ISA level, the same way."""
-    if native_walk() is None:
-        pytest.skip("specops._C is not built with coin_walk")
+    """The C++ kernel (csrc/verify/coins.cpp), at every ISA level, the same way.  Catches
+    any difference in the integer coin threshold, the sibling order, the coin read at the
+    accepted node, duplicate handling, thresholds, the final draw or invalid rows."""
     _check_walk_equals_reference(ts, ta, "cpu")
 
 
@@ -264,7 +264,6 @@ def test_coin_walk_statistics_and_negative_control(monkeypatch):
     all occur), and the same test fails when the final draw forgets the tried tokens (the
     classic wrong fallback), so it can fail."""
     from tests.integrations.test_sglang import ALPHA, first_token_pvalue, stat_case
-    from specops.integrations import sglang_coins
     B = 20000
     case = stat_case(B, 9)
     for backend in BACKENDS:
@@ -272,15 +271,15 @@ def test_coin_walk_statistics_and_negative_control(monkeypatch):
         S.tree_speculative_sampling_target_only(p, a, n, *case, backend=backend)
         assert first_token_pvalue(p, case[1], B) > ALPHA, backend
         assert set(n.tolist()) == {0, 1, 2}
-    monkeypatch.setattr(sglang_coins, "final_weights", lambda w, tried: w)
+    monkeypatch.setattr(RC, "final_weights", lambda w, tried: w)
     p, a, n = outputs(B, 4, 3)
-    S.tree_speculative_sampling_target_only(p, a, n, *case, backend="torch")
+    S.tree_speculative_sampling_target_only(p, a, n, *case, backend="reference")
     assert first_token_pvalue(p, case[1], B) < ALPHA
 
 
 def test_device_walks_read_no_host_values():
-    """With validate=False (the default for CUDA tensors) the torch-op walk and the Triton
-    launcher (its kernel's reads under the interpreter are Triton's own), the tree
+    """With validate=False (the default for CUDA tensors) the Triton launcher (its kernel's
+    reads under the interpreter are Triton's own), the tree
     conversion and the output writes read no tensor value on the host (no device sync, so
     CUDA-graph capture is possible), and give the validated call's outputs.  Catches an
     ``.item()`` / ``bool(tensor)`` / ``.tolist()`` slipping into the device path."""
@@ -291,8 +290,8 @@ def test_device_walks_read_no_host_values():
     B, N = cand.shape
     want = outputs(B, N + 2, S_)
     S.tree_speculative_sampling_target_only(*want, cand, ri, nt, ns, u, uf, target, 0.9, 0.7,
-                                            backend="torch")
-    for backend in ("torch", "triton"):
+                                            backend="reference")
+    for backend in ("triton",):
         got = outputs(B, N + 2, S_)
         with no_host_reads() as seen:
             S.tree_speculative_sampling_target_only(*got, cand, ri, nt, ns, u, uf, target, 0.9,
