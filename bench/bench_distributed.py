@@ -202,8 +202,8 @@ def timing_table(emit, reps):
 def local_table(emit, reps):
     """One rank's local work without a peer: a world of one on a shard of V/2 columns (the
     ids folded into it), the C++ shard passes beside the torch ones they replace on the CPU
-    (specops.distributed._native), and the floor of reading that shard once."""
-    from specops.distributed import _native
+    (specops.backends.cpu_shard), and the floor of reading that shard once."""
+    from specops.backends import cpu_shard as _native
     torch.set_num_threads(1)
     half = V // 2
     emit("## One rank's local work (world of one, one thread)")

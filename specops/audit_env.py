@@ -14,27 +14,15 @@ import os
 import platform
 from typing import List, Optional, Tuple
 
-
-def _cpp() -> Tuple[Optional[object], Optional[str]]:
-    """(specops._C, None), or (None, why it cannot be loaded)."""
-    try:
-        from specops import _C
-    except ImportError as exc:
-        return None, (f"the C++ extension specops._C is missing or fails to load ({exc}); "
-                      "reinstall specops with a C++17 compiler and without "
-                      "SPECOPS_BUILD_CPP=0 (pip install .)")
-    return _C, None
+from specops.backends import native
 
 
 def _cpu_status() -> Tuple[Optional[str], str]:
     """(why the cpu backend cannot run, or None; what it runs)."""
-    _C, why = _cpp()
-    if _C is None:
-        return why, ""
-    try:
-        level = _C.isa()                   # ValueError naming SPECOPS_CPU_ISA when it is bad
-    except ValueError as exc:
-        return str(exc), ""
+    cpp = native.build()
+    if not cpp["built"] or cpp["error"]:   # not built, or SPECOPS_CPU_ISA is bad
+        return cpp["error"], ""
+    level = cpp["isa"]
     from specops.backends import registry
     try:
         registry.load("cpu")
@@ -92,16 +80,7 @@ def build_info() -> dict:
     import numpy as np
     import torch
     import specops
-    _C, why = _cpp()
-    cpp = {"built": _C is not None, "error": why, "isa": None, "isa_levels": [],
-           "openmp": None}
-    if _C is not None:
-        cpp["isa_levels"] = list(_C.available_isas())
-        cpp["openmp"] = bool(getattr(_C, "has_openmp", False))
-        try:
-            cpp["isa"] = _C.isa()
-        except ValueError as exc:
-            cpp["error"] = str(exc)
+    cpp = native.build()
     threads, source = _openmp_threads()
     triton = None
     if importlib.util.find_spec("triton") is not None:

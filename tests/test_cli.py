@@ -357,7 +357,8 @@ class _BadIsa:
 def test_audit_says_why_cpu_is_unavailable(cpp, why, monkeypatch, capsys):
     """A missing or unloadable _C, or a bad SPECOPS_CPU_ISA, leaves only the (40x slower)
     reference; the audit must say so, not only list what is left."""
-    monkeypatch.setattr(audit_env, "_cpp", lambda: cpp)
+    from specops.backends import native
+    monkeypatch.setattr(native, "extension", lambda: cpp)
     monkeypatch.setattr(lab, "available_backends", lambda: ["reference"])
     monkeypatch.delenv("TRITON_INTERPRET", raising=False)
     rc = cli.main(["audit", "--no-grid", "--length", "8", "--gamma", "2"])

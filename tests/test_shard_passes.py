@@ -1,5 +1,5 @@
 """The C++ shard passes of specops.distributed (csrc/distributed/shard_passes.cpp, called by
-specops/distributed/_native.py) against the torch code they replace on the CPU
+specops/backends/cpu_shard.py) against the torch code they replace on the CPU
 (_transform.py, _radix.py, _walk.py, _draw.py), bit for bit, at every ISA level (the ``isa``
 fixture).  No process group: each pass is a local step, compared on its own, and the whole
 sharded call is compared in a world of one with the native passes on and off.  The gloo tests
@@ -12,7 +12,8 @@ import torch
 
 import specops.distributed as sd
 from specops import reference as R
-from specops.distributed import _native, _radix, _transform, _walk
+from specops.backends import cpu_shard as _native
+from specops.distributed import _radix, _transform, _walk
 from tests._cpu import logit_rows, seed_of
 
 pytestmark = pytest.mark.skipif(not _native._HAS, reason="specops._C has no shard passes")

@@ -101,3 +101,10 @@ def _resolve(backend: str, dev: str) -> str:
 # still is), without importing torch._dynamo at ``import specops`` (it doubles the import
 # time): under torch.compile ``_resolve`` runs eagerly and its answer is a constant.
 _resolve._dynamo_marked_constant = True
+
+
+def shard_passes():
+    """The C++ backend's shard-local passes for ``specops.distributed``
+    (``specops.backends.cpu_shard``; its ``usable(device)`` is False where ``specops._C`` is
+    not built, and the distributed walk then runs its torch code)."""
+    return importlib.import_module("specops.backends.cpu_shard")

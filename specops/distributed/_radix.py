@@ -60,7 +60,7 @@ def radix_select(comm, R: int, chunks: Chunks, reached, what: str, device, hist_
     entries; it is called once per round, and each round counts the entries whose higher
     digits match those chosen so far (nothing of the rows' size is kept between rounds).
     ``hist_of(shift, prefix, hist)``, where given, adds each round's histogram into ``hist``
-    instead (the C++ passes, specops.distributed._native; ``chunks`` is then not called).
+    instead (the C++ passes, specops.backends.cpu_shard; ``chunks`` is then not called).
     Returns (key [R] int64 in int32 range, weight of the keys >= key [R])."""
     above = torch.zeros(R, dtype=torch.int64, device=device)
     prefix = torch.zeros(R, dtype=torch.int64, device=device)   # unsigned key order

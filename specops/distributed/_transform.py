@@ -17,9 +17,11 @@ import torch
 
 from specops import reference as _ref
 from specops._contract import malformed_params
-from specops.distributed import _native
+from specops.backends import registry
 from specops.distributed._radix import key_float, pack_max, radix_select, signed_key, \
     unpack_max
+
+_native = registry.shard_passes()      # the C++ passes on CPU shards (or unusable)
 
 _F32 = {name: float(getattr(_ref, name)) for name in
         ("EXP_CUTOFF", "EXP_LOG2E", "EXP_ROUND", "EXP_LN2_HI", "EXP_LN2_LO")}

@@ -14,8 +14,11 @@ import torch
 from specops import reference as _ref
 from specops._args import Canonical
 from specops._contract import accepts, malformed_params, rate_of_sum, stream
-from specops.distributed import _draw, _native
+from specops.backends import registry
+from specops.distributed import _draw
 from specops.distributed._transform import RowSource, chunk_rows, transform
+
+_native = registry.shard_passes()      # the C++ passes on CPU shards (or unusable)
 
 M32 = 0xFFFFFFFF
 W_SCALE = float(2 ** _ref.W_SCALE_BITS)

@@ -1,5 +1,6 @@
-"""The shard-local passes on the CPU in C++ (``specops._C.shard_*``,
-csrc/distributed/shard_passes.h): each wrapper computes exactly what the torch code of
+"""The C++ backend's shard-local passes (``specops._C.shard_*``, csrc/distributed/): what
+``specops.distributed`` runs on CPU shards, reached through ``registry.shard_passes()``.
+Each wrapper computes exactly what the torch code of ``specops.distributed``'s
 ``_transform`` / ``_radix`` / ``_walk`` computes for the same rows (tests/test_shard_passes.py
 holds them equal at every ISA level), in one native pass per row instead of a chain of eager
 operations.  The collectives stay in torch.distributed; CUDA shards keep the torch path.
@@ -8,14 +9,13 @@ The buffers are passed by address: every wrapper checks the dtype, device and la
 it hands over and keeps the tensors alive for the call."""
 from __future__ import annotations
 
-import importlib
 import threading
 from typing import NamedTuple, Optional
 
 import torch
 
-try:    # by name: ``from specops import _C`` would read as an import of the package itself
-    _C = importlib.import_module("specops._C")
+try:
+    from specops import _C
     _HAS = hasattr(_C, "shard_stats")
 except ImportError:                 # the C++ extension is not built: the torch path only
     _C, _HAS = None, False

@@ -1,0 +1,32 @@
+"""The C++ extension ``specops._C`` as a build: whether it loads and why not, its ISA levels.
+What ``specops info`` / ``specops audit`` report (``specops.audit_env``); kernels are reached
+through ``specops.backends.cpu`` only."""
+from __future__ import annotations
+
+from typing import Optional, Tuple
+
+
+def extension() -> Tuple[Optional[object], Optional[str]]:
+    """(specops._C, None), or (None, why it cannot be loaded)."""
+    try:
+        from specops import _C
+    except ImportError as exc:
+        return None, (f"the C++ extension specops._C is missing or fails to load ({exc}); "
+                      "reinstall specops with a C++17 compiler and without "
+                      "SPECOPS_BUILD_CPP=0 (pip install .)")
+    return _C, None
+
+
+def build() -> dict:
+    """{"built", "error", "isa", "isa_levels", "openmp"} of the extension."""
+    _C, why = extension()
+    cpp = {"built": _C is not None, "error": why, "isa": None, "isa_levels": [],
+           "openmp": None}
+    if _C is not None:
+        cpp["isa_levels"] = list(_C.available_isas())
+        cpp["openmp"] = bool(getattr(_C, "has_openmp", False))
+        try:
+            cpp["isa"] = _C.isa()
+        except ValueError as exc:          # SPECOPS_CPU_ISA names a level that cannot run
+            cpp["error"] = str(exc)
+    return cpp
