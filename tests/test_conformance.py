@@ -6,6 +6,7 @@ The slow runs (quick runs of every backend, every negative control) are in
 from __future__ import annotations
 
 import json
+import os
 
 import numpy as np
 import pytest
@@ -82,7 +83,7 @@ def _tolerance(design):
     return 1e-12 + 4 * design.K * err
 
 
-@pytest.mark.parametrize("method", L.CHAIN_METHODS)
+@pytest.mark.parametrize("method", D.KIT_CHAIN_METHODS)
 def test_chain_raw_laws_complete_to_the_reference_law(method):
     for d in D.chain_designs():
         if d.role == "robustness":
@@ -98,7 +99,7 @@ def test_chain_raw_laws_complete_to_the_reference_law(method):
         assert np.abs(lengths - ref["length_law"]).max() <= _tolerance(d), d.name
 
 
-@pytest.mark.parametrize("method", L.TREE_METHODS)
+@pytest.mark.parametrize("method", D.KIT_TREE_METHODS)
 def test_tree_raw_laws_complete_to_the_reference_law(method):
     for d in D.tree_designs():
         if d.name == "binary_depth2":         # 1-2 s each: the full tier
@@ -211,6 +212,28 @@ def test_api_refuses_bad_arguments():
         C.check_tree(native.tree_cpu, designs=["nope"])
     with pytest.raises(TypeError, match="callable"):
         C.check_chain(42)
+
+
+def test_the_kit_has_its_own_method_names():
+    """The contract's CHAIN_METHODS / TREE_METHODS are what verify_block / verify_tree take;
+    the kit's sets (with target_only, without traversal) must not reuse those names."""
+    from specops import _contract
+    from specops.conformance import cli as kit_cli
+    assert D.KIT_TREE_METHODS != _contract.TREE_METHODS and "target_only" in D.KIT_TREE_METHODS
+    for module in (L, kit_cli, C):
+        assert not hasattr(module, "CHAIN_METHODS") and not hasattr(module, "TREE_METHODS")
+    assert C.KIT_CHAIN_METHODS == D.kit_methods("chain") == ("token", "block")
+
+
+def test_the_files_the_kit_cites_exist():
+    import glob
+    import re
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    cited = set()
+    for path in glob.glob(os.path.join(root, "specops", "conformance", "*.py")):
+        cited |= set(re.findall(r"\btests/[\w/]+\.py\b", open(path).read()))
+    assert cited, "the kit cites its tests"
+    assert all(os.path.exists(os.path.join(root, c)) for c in cited), cited
 
 
 # ----------------------------------------------------------------------------- CLI

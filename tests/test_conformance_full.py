@@ -30,7 +30,7 @@ def test_quick_run_passes_specops_chain_samplers(sampler, method):
     assert not rep.unseeded and len(rep.statistical) >= 25
 
 
-@pytest.mark.parametrize("method", L.TREE_METHODS)
+@pytest.mark.parametrize("method", D.KIT_TREE_METHODS)
 def test_quick_run_passes_specops_tree_verifier(method):
     if "cpu" not in specops.available_backends():
         pytest.skip("C++ backend not built")
@@ -76,7 +76,7 @@ def test_positive_controls_pass(name):
     assert rep.unseeded == (name == "unseeded_chain")
 
 
-@pytest.mark.parametrize("method", L.TREE_METHODS)
+@pytest.mark.parametrize("method", D.KIT_TREE_METHODS)
 def test_binary_tree_laws_complete_to_the_reference_law(method):
     d = next(d for d in D.tree_designs() if d.name == "binary_depth2")
     raw = L.output_marginal(L.tree_joint(d, method))

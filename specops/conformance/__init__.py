@@ -34,9 +34,11 @@ from __future__ import annotations
 from typing import Callable, List, Optional
 
 from specops.conformance.checks import Check
+from specops.conformance.designs import KIT_CHAIN_METHODS, KIT_TREE_METHODS
 from specops.conformance.report import Report
 
-__all__ = ["check_chain", "check_tree", "Report", "Check"]
+__all__ = ["check_chain", "check_tree", "Report", "Check", "KIT_CHAIN_METHODS",
+           "KIT_TREE_METHODS"]
 
 
 def check_chain(sampler: Callable, method: str = "token", *, quick: bool = True,

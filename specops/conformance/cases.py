@@ -154,7 +154,7 @@ class TreeCase(_Case):
         self.draft_width = self.N - 1
         self.Q = [_table(design.draft, self.V, j) for j in range(D + 1)]
         self.Q_cdf = [_cdf(t) for t in self.Q]
-        from specops import reference_tree as RT
+        from specops.reference import tree as RT
         self.kids = [RT.children_of(c, design.parents, depth) for c in range(self.N)]
         self.fixed = np.asarray(laws.top_tokens(design)) if method == "target_only" else None
 

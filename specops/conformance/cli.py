@@ -12,8 +12,7 @@ import os
 import sys
 import time
 
-CHAIN_METHODS = ("token", "block")
-TREE_METHODS = ("rsd", "mss", "target_only")
+from specops.conformance.designs import kit_methods
 
 
 class ProgressBar:
@@ -91,7 +90,7 @@ def _check(args) -> int:
     def usage(msg):
         print(f"specops check: error: {msg}", file=sys.stderr)
         return 2
-    methods = CHAIN_METHODS if args.kind == "chain" else TREE_METHODS
+    methods = kit_methods(args.kind)
     method = args.method or methods[0]
     if method not in methods:
         return usage(f"--method {method!r} is not a {args.kind} method "

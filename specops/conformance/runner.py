@@ -276,7 +276,7 @@ def run_kit(kind: str, sampler: Callable, method: str, *, quick: bool = True, se
             announce: Optional[Callable[[str], None]] = None) -> Report:
     if not callable(sampler):
         raise TypeError(f"sampler must be callable, got {type(sampler).__name__}")
-    methods = laws.CHAIN_METHODS if kind == "chain" else laws.TREE_METHODS
+    methods = catalogue.kit_methods(kind)
     if method not in methods:
         raise ValueError(f"method must be one of {', '.join(methods)} for {kind} samplers, "
                          f"got {method!r}")
