@@ -6,6 +6,8 @@ from __future__ import annotations
 import numpy as np
 from scipy import stats as scipy_stats
 
+from specops.conformance import stats as kit_stats
+
 ALPHA = 1e-6
 N = 20000
 P_ROWS = np.array([[0.05, 0.10, 0.15, 0.20, 0.25, 0.25],
@@ -54,19 +56,7 @@ def draft_ids(rng, q_rows, n):
 def detectable_tv(n: int, cells: int, alpha: float = ALPHA, power: float = 0.99) -> float:
     """The smallest total-variation distance that a chi-square goodness-of-fit test over
     `cells` cells with `n` samples rejects with probability >= `power` at level `alpha`,
-    whatever the direction of the deviation.
-
-    For an alternative p' at TV distance d from p, the test statistic is noncentral
-    chi-square with `cells - 1` degrees of freedom and noncentrality n * chi2(p' || p), and
-    chi2(p' || p) = sum (p' - p)^2 / p >= (sum |p' - p|)^2 = 4 d^2 (Cauchy-Schwarz, equality
-    when the deviation is proportional to p).  So d = sqrt(lambda / (4 n)), lambda the
-    noncentrality at which the test's power reaches `power`."""
-    df = cells - 1
-    crit = scipy_stats.chi2.isf(alpha, df)
-    lo, hi = 0.0, 1.0
-    while scipy_stats.ncx2.sf(crit, df, hi) < power:
-        hi *= 2
-    for _ in range(100):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if scipy_stats.ncx2.sf(crit, df, mid) < power else (lo, mid)
-    return float(np.sqrt(hi / (4 * n)))
+    whatever the direction of the deviation: the conformance kit's bound
+    (``specops.conformance.stats.detectable_tv``, whose docstring derives it) at
+    df = cells - 1, here at power 0.99."""
+    return kit_stats.detectable_tv(n, cells - 1, alpha, power)

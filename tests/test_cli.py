@@ -386,7 +386,7 @@ def test_cli_parser_imports_no_torch(monkeypatch):
         return real(name, *a, **k)
     monkeypatch.setattr(builtins, "__import__", spy)
     for argv in (["--version"], ["--help"], ["audit", "--help"], ["lab", "--help"],
-                 ["info", "--help"]):
+                 ["info", "--help"], ["check", "--help"]):
         with pytest.raises(SystemExit) as info, contextlib.redirect_stdout(io.StringIO()):
             cli.main(argv)
         assert info.value.code == 0
@@ -402,7 +402,8 @@ def test_version_and_help_without_torch(tmp_path):
             f"pkg = types.ModuleType('specops'); pkg.__path__ = [{where!r}]\n"
             "pkg.__version__ = '0'; sys.modules['specops'] = pkg\n"
             "from specops import cli\n"
-            "for argv in (['--version'], ['--help'], ['audit', '--help'], ['lab', '--help']):\n"
+            "for argv in (['--version'], ['--help'], ['audit', '--help'], ['lab', '--help'],\n"
+            "             ['check', '--help']):\n"
             "    try:\n"
             "        with contextlib.redirect_stdout(io.StringIO()): cli.main(argv)\n"
             "    except SystemExit as e: assert e.code == 0, argv\n"

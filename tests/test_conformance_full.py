@@ -30,7 +30,7 @@ def test_quick_run_passes_specops_chain_samplers(sampler, method):
     assert not rep.unseeded and len(rep.statistical) >= 25
 
 
-@pytest.mark.parametrize("method", L.TREE_METHODS)
+@pytest.mark.parametrize("method", D.KIT_TREE_METHODS)
 def test_quick_run_passes_specops_tree_verifier(method):
     if "cpu" not in specops.available_backends():
         pytest.skip("C++ backend not built")
@@ -65,6 +65,9 @@ def test_every_negative_control_fails_for_its_reason(name):
     caught = [c.id for c in rep.failed if c.name in expected]
     assert caught, (name, [c.id for c in rep.failed])
     assert all(c.id in rep.to_text() for c in rep.failed)
+    # the report's hint names the control itself (its pattern, NG.PATTERNS, is this run's)
+    assert rep.hint.startswith(f"this failure pattern matches the negative control {name!r}"), \
+        (rep.hint, [c.id for c in rep.failed])
 
 
 @pytest.mark.parametrize("name", sorted(NG.POSITIVE))
@@ -74,9 +77,10 @@ def test_positive_controls_pass(name):
     rep = check(getattr(NG, name), method, quick=True, seed=10)
     assert rep.passed, rep.to_text()
     assert rep.unseeded == (name == "unseeded_chain")
+    assert rep.hint == ""
 
 
-@pytest.mark.parametrize("method", L.TREE_METHODS)
+@pytest.mark.parametrize("method", D.KIT_TREE_METHODS)
 def test_binary_tree_laws_complete_to_the_reference_law(method):
     d = next(d for d in D.tree_designs() if d.name == "binary_depth2")
     raw = L.output_marginal(L.tree_joint(d, method))

@@ -62,11 +62,13 @@ class _Case:
         problems = []
         try:
             arr = out.detach().cpu().numpy() if isinstance(out, torch.Tensor) else np.asarray(out)
-        except Exception as exc:                      # noqa: BLE001 (anything unreadable)
+            shape = tuple(arr.shape)
+        except KeyboardInterrupt:
+            raise
+        except BaseException as exc:                  # noqa: BLE001 (SystemExit from __array__)
             return None, None, [(f"output not readable as an array: {exc!r}", None)]
-        if arr.shape != (n, self.width):
-            return None, None, [(f"output shape {tuple(arr.shape)}, expected "
-                                 f"({n}, {self.width})", None)]
+        if shape != (n, self.width):
+            return None, None, [(f"output shape {shape}, expected ({n}, {self.width})", None)]
         if not np.issubdtype(arr.dtype, np.integer):
             return None, None, [(f"output dtype {arr.dtype}, expected an integer type", None)]
         tok = arr.astype(np.int64)
@@ -154,7 +156,7 @@ class TreeCase(_Case):
         self.draft_width = self.N - 1
         self.Q = [_table(design.draft, self.V, j) for j in range(D + 1)]
         self.Q_cdf = [_cdf(t) for t in self.Q]
-        from specops import reference_tree as RT
+        from specops.reference import tree as RT
         self.kids = [RT.children_of(c, design.parents, depth) for c in range(self.N)]
         self.fixed = np.asarray(laws.top_tokens(design)) if method == "target_only" else None
 

@@ -5,7 +5,10 @@ p-value, the false-positive rate ``alpha`` it was tested at and ``detectable`` (
 total-variation distance it detects with probability 0.9 at its N, ``stats``); exact ones
 (impossible events, token equality) have ``alpha = 0`` and ``detectable`` is the smallest
 per-opportunity rate they catch with probability 0.9.  ``plot`` holds expected and observed
-frequencies of the check's cells for the HTML report.
+frequencies of the check's cells for the HTML report.  A statistical check that saw an outcome
+of probability 0 under the exact law fails whatever its Pearson statistic: its ``pvalue`` is 0
+(the exact probability of what was seen) and ``forbidden`` counts those observations
+(``value``, ``df`` stay the Pearson test's on the other cells).
 """
 from __future__ import annotations
 
@@ -37,6 +40,7 @@ class Check:
     detail: str = ""
     purpose: str = ""
     plot: Optional[dict] = None
+    forbidden: int = 0            # observations of probability-0 outcomes (statistical checks)
 
     @property
     def id(self) -> str:
@@ -63,9 +67,10 @@ def _label(key) -> str:
 
 
 def gof_check(name, design, purpose, expected: Dict, observed: Dict, *, what: str,
-              alpha: float = ALPHA) -> Check:
+              alpha: float = ALPHA, given: str = "given") -> Check:
     """Stratified Pearson test of ``observed`` {(stratum, category): count} against
-    ``expected`` {(stratum, category): probability} (normalised within each stratum)."""
+    ``expected`` {(stratum, category): probability} (normalised within each stratum);
+    ``given`` names the stratum in the details ("after the accepted prefix")."""
     strata = sorted({s for s, _ in expected} | {s for s, _ in observed}, key=repr)
     cats = sorted({c for _, c in expected} | {c for _, c in observed}, key=repr)
     si = {s: i for i, s in enumerate(strata)}
@@ -80,15 +85,22 @@ def gof_check(name, design, purpose, expected: Dict, observed: Dict, *, what: st
     probs = np.divide(E, tot, out=np.zeros_like(E), where=tot > 0)
     res = stats.stratified_gof(O, probs, alpha, labels=([_label(s) for s in strata],
                                                          [_label(c) for c in cats]))
+    forbidden = sum(k for _, _, k in res.impossible)
     if res.impossible:
         s, c, k = res.impossible[0]
-        where = f"{c}" if len(strata) == 1 else f"{c} given {s}"
-        detail = (f"impossible under the exact law: {where} observed {k} time(s)"
+        where = f"{c}" if len(strata) == 1 else f"{c} {given} {'(empty)' if s == '()' else s}"
+        detail = (f"{what}: {forbidden:,} outcome(s) of probability 0 under the exact law, "
+                  f"e.g. {where}, observed {k:,} time(s)"
                   + (f" (+{len(res.impossible) - 1} more cells)" if len(res.impossible) > 1
                      else ""))
     elif res.df == 0:
-        detail = (f"{what}: too few requests for the test (every cell pooled or a single "
-                  "outcome); only impossible outcomes were checked")
+        seen = O.sum(1) > 0
+        if seen.any() and ((probs > 0).sum(1)[seen] <= 1).all():
+            detail = (f"{what}: the exact law has a single outcome here, so there is no "
+                      "law to test; only outcomes of probability 0 were checked")
+        else:
+            detail = (f"{what}: too few requests for the test (every cell pooled); only "
+                      "outcomes of probability 0 were checked")
     elif res.pvalue < alpha:
         detail = f"{what}: p = {res.pvalue:.3g} < alpha = {alpha:g}"
     else:
@@ -96,8 +108,9 @@ def gof_check(name, design, purpose, expected: Dict, observed: Dict, *, what: st
     exp_counts = probs * O.sum(1, keepdims=True)
     return Check(name, design, "pass" if res.passed else "fail",
                  "Pearson chi-square" + (" (stratified)" if len(strata) > 1 else ""),
-                 res.n, alpha, res.df, res.statistic, res.pvalue, res.detectable_tv, "tv",
-                 detail, purpose, _plot(strata, cats, exp_counts, O, res.n))
+                 res.n, alpha, res.df, res.statistic, 0.0 if forbidden else res.pvalue,
+                 res.detectable_tv, "tv", detail, purpose,
+                 _plot(strata, cats, exp_counts, O, res.n), forbidden)
 
 
 def _plot(strata, cats, exp_counts, O, n) -> Optional[dict]:

@@ -32,6 +32,24 @@ import numpy as np
 
 Row = Callable[[tuple], np.ndarray]
 
+# The verification methods the kit has exact laws for, per protocol.  Not the contract's
+# ``specops._contract.CHAIN_METHODS`` / ``TREE_METHODS`` (what ``verify_block`` /
+# ``verify_tree`` accept): the kit knows ``target_only`` (point-mass tree proposals, the
+# SGLang / EAGLE drafter) and has no law for traversal.
+KIT_CHAIN_METHODS = ("token", "block")
+KIT_TREE_METHODS = ("rsd", "mss", "target_only")
+KINDS = ("chain", "tree")
+
+
+def kit_methods(kind: str) -> tuple:
+    """The methods a ``kind`` ("chain" or "tree") sampler may claim, the default first."""
+    return KIT_CHAIN_METHODS if kind == "chain" else KIT_TREE_METHODS
+
+
+def design_names(kind: str) -> list:
+    """The names of the designs a ``kind`` run uses, in run order."""
+    return [d.name for d in (chain_designs() if kind == "chain" else tree_designs())]
+
 
 @dataclass(frozen=True)
 class ChainDesign:

@@ -59,7 +59,11 @@ def render(report) -> str:
     sections = []
     for c in report.checks:
         stat = c.statistic + (f", X2 = {c.value:.2f}, df = {c.df}, p = {c.pvalue:.3g}, "
-                              f"alpha = {c.alpha:g}" if c.alpha > 0 else "")
+                              f"alpha = {c.alpha:g}" if c.alpha > 0 and c.value is not None
+                              else "")
+        if c.forbidden:
+            stat += (f"; {c.forbidden:,} observations of outcomes of probability 0 under the "
+                     "exact law (p = 0 whatever X2)")
         body = [f'<h2 id="{_esc(c.id)}">{_esc(c.id)}: <span class="{c.status}">'
                 f'{_esc(c.status)}</span></h2>',
                 f'<p>{_esc(c.purpose)}</p><p class="note">{_esc(stat)}; N = {c.n:,}'
@@ -79,6 +83,8 @@ def render(report) -> str:
             f"kit seed {report.kit_seed}; {report.requests:,} requests in "
             f"{report.elapsed_s:.1f} s; each statistical check at alpha = {report.alpha:g}, "
             f"run-wide false-failure bound {report.family_alpha:.1e} (Bonferroni).</p>"
-            f"<ul class='note'>{notes}</ul><table><tr><th>check</th><th>status</th><th>N</th>"
+            f"<ul class='note'>{notes}</ul>"
+            + (f"<p><b>Hint:</b> {_esc(report.hint)}</p>" if report.hint else "")
+            + f"<table><tr><th>check</th><th>status</th><th>N</th>"
             f"<th>p</th><th>could hide</th><th>detail</th></tr>{''.join(rows)}</table>"
             + "\n".join(sections) + "</body></html>")

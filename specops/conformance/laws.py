@@ -6,9 +6,10 @@ law): that is what ``law.output`` tests.  The other checks need the law of the r
 itself (accepted drafts, then the emitted token) jointly with the drafts, which the
 reference computes only on the way.  This module enumerates it with the reference's exported
 steps (``accept_probability``, ``residual_row``, ``implemented_draw_law``, the block
-verification weights, the tree node rules of ``reference_tree``), so the arithmetic is the
-contract's; ``tests/test_conformance_laws.py`` completes every law here and finds the
-reference's completed law and length law to 1e-12.
+verification weights, the tree node rules of ``specops.reference.tree``), so the arithmetic
+is the contract's; ``tests/test_conformance.py`` (the binary tree: ``test_conformance_full.py``)
+completes every law here and finds the reference's completed law and length law to 1e-12.
+The methods with laws here: ``designs.KIT_CHAIN_METHODS`` / ``KIT_TREE_METHODS``.
 
 A joint law is a dict ``{(drafts, out): probability}``: ``drafts`` the drafted tokens (chain:
 y_0..y_{K-1}; tree: the tokens of nodes 1..N-1), ``out`` the raw output (a tuple of 1..D+1
@@ -23,10 +24,8 @@ from typing import Dict, Iterator, Optional, Tuple
 import numpy as np
 
 from specops import reference as R
-from specops import reference_tree as RT
+from specops.reference import tree as RT
 
-CHAIN_METHODS = ("token", "block")
-TREE_METHODS = ("rsd", "mss", "target_only")
 Joint = Dict[Tuple[tuple, tuple], float]
 
 
@@ -242,10 +241,10 @@ def tree_reference(design, method: str = "rsd") -> dict:
     """The reference's exact tree law (completed to D + 1 tokens) and length law."""
     if method == "target_only":
         tokens = np.asarray((0,) + top_tokens(design))
-        return RT.exact_tree_law(design.target, None, list(design.parents), design.V,
-                                 method="rsd", point_tokens=tokens)
-    return RT.exact_tree_law(design.target, design.draft, list(design.parents), design.V,
-                             method=method)
+        return R.exact_tree_law(design.target, None, list(design.parents), design.V,
+                                method="rsd", point_tokens=tokens)
+    return R.exact_tree_law(design.target, design.draft, list(design.parents), design.V,
+                            method=method)
 
 
 # ----------------------------------------------------------------------------- shared

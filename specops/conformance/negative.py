@@ -31,6 +31,11 @@ control                          bug                                            
 ``EXPECTED[name]`` lists the checks built to catch each (the tests require at least one of
 them to fail, and the report to name it).  ``unseeded_chain`` draws from an unseeded
 generator: the kit must report it as unseeded, not fail it.
+
+``PATTERNS[name]`` is the set of checks the control fails in a quick run (kit seed 9; the full
+tier holds each control to its own pattern), and ``diagnose`` turns a run's failures into the
+report's hint: the control whose pattern they match best (Jaccard similarity of the failed
+check ids, on the designs that ran, at least ``HINT_MIN_MATCH``), or nothing.
 """
 from __future__ import annotations
 
@@ -225,6 +230,138 @@ for _name, (_bugs, _, _) in TREE_BUGS.items():
 exact_chain = ChainControl("exact_chain")
 unseeded_chain = ChainControl("unseeded_chain", unseeded=True)
 exact_tree = TreeControl("exact_tree")
+
+BUGS = {
+    "wrong_fallback": "on rejection it samples p instead of norm(max(p - q, 0))",
+    "coin_reused_for_residual": "the residual draw reuses the accept coin",
+    "bonus_noise_is_last_draft": "the bonus token's noise is the last draft's coin",
+    "coin_le_p_bf16": "accept iff coin * q <= p with coins that can be 0",
+    "same_coin_every_position": "one coin per request, reused at every position",
+    "one_stream_per_batch": "every request draws from the first request's seed",
+    "target_row_off_by_one": "position j is verified against target row j + 1",
+    "tree_residual_not_updated": "the residual is not updated between siblings",
+    "tree_mss_rule_on_rsd": "mss's rule (q kept) on siblings drafted without replacement",
+    "tree_coin_le_p_bf16": "one bfloat16 coin per depth, accepted while coin <= sum of tried p",
+    "tree_wrong_logits_slice": "node c is verified against node c + 1's target row",
+    "tree_wrong_fallback": "after the siblings are rejected it samples p, not the residual",
+}
+# {check name: "designs it fails on"} per control, from a quick run (kit seed 9)
+_PATTERNS = {
+    "bonus_noise_is_last_draft": {
+        "law.output": "sun_toy markov markov_point_mass random_prefix q_zero_where_p_positive",
+        "law.next_token": "sun_toy markov markov_point_mass random_prefix q_zero_where_p_positive",
+        "coupling.decision_bonus": "decision_bonus",
+        "coupling.positions": "positions",
+    },
+    "coin_le_p_bf16": {
+        "boundary.zero_target_prob": "",
+        "boundary": "one_hot_target zero_target_draft",
+        "law.output": "disjoint topk_truncated",
+        "law.length": "disjoint",
+        "law.next_token": "disjoint topk_truncated",
+    },
+    "coin_reused_for_residual": {
+        "law.output": "markov_point_mass random_prefix q_zero_where_p_positive",
+        "law.next_token": "markov_point_mass random_prefix q_zero_where_p_positive",
+        "coupling.accept_residual": "accept_residual",
+        "coupling.positions": "positions",
+    },
+    "one_stream_per_batch": {
+        "law.output": ("sun_toy markov markov_point_mass random_prefix disjoint "
+                       "q_zero_where_p_positive topk_truncated"),
+        "law.length": "sun_toy markov markov_point_mass random_prefix q_zero_where_p_positive",
+        "law.next_token": ("sun_toy markov markov_point_mass random_prefix disjoint "
+                           "q_zero_where_p_positive topk_truncated"),
+        "coupling.accept_residual": "accept_residual",
+        "coupling.decision_bonus": "decision_bonus",
+        "coupling.positions": "positions",
+        "coupling.batch": "batch_pairs",
+        "seeds.batch_invariant": "markov",
+    },
+    "same_coin_every_position": {
+        "law.output": "sun_toy markov markov_point_mass random_prefix q_zero_where_p_positive",
+        "law.length": "sun_toy markov markov_point_mass random_prefix q_zero_where_p_positive",
+        "coupling.positions": "positions",
+    },
+    "target_row_off_by_one": {
+        "boundary.zero_target_prob": "",
+        "boundary": "equal_rows one_hot_target zero_target_draft",
+        "law.output": ("markov markov_point_mass random_prefix disjoint q_zero_where_p_positive "
+                       "topk_truncated"),
+        "law.length": "markov markov_point_mass random_prefix q_zero_where_p_positive",
+        "law.next_token": ("markov_point_mass random_prefix disjoint q_zero_where_p_positive "
+                           "topk_truncated"),
+    },
+    "tree_coin_le_p_bf16": {
+        "boundary.zero_target_prob": "",
+        "boundary": "zero_target_children one_hot_target",
+    },
+    "tree_mss_rule_on_rsd": {
+        "law.output": "v4_three_children binary_depth2",
+        "law.length": "v4_three_children binary_depth2",
+        "law.next_token": "binary_depth2",
+        "coupling.siblings": "siblings",
+    },
+    "tree_residual_not_updated": {
+        "law.output": "v4_two_children v4_three_children v5_markov_tree binary_depth2",
+        "law.length": "v4_two_children v4_three_children binary_depth2",
+        "law.next_token": "v4_two_children v4_three_children v5_markov_tree binary_depth2",
+        "coupling.siblings": "siblings",
+    },
+    "tree_wrong_fallback": {
+        "law.output": "v4_two_children v4_three_children v5_markov_tree binary_depth2",
+        "law.next_token": "v4_two_children v4_three_children v5_markov_tree binary_depth2",
+        "coupling.siblings": "siblings",
+    },
+    "tree_wrong_logits_slice": {
+        "boundary.zero_target_prob": "",
+        "boundary": "equal_rows one_hot_target",
+        "law.output": "v5_markov_tree binary_depth2",
+        "law.length": "v5_markov_tree binary_depth2",
+        "law.next_token": "v5_markov_tree binary_depth2",
+    },
+    "wrong_fallback": {
+        "boundary": "one_hot_draft",
+        "law.output": ("sun_toy markov markov_point_mass random_prefix q_zero_where_p_positive "
+                       "topk_truncated"),
+        "law.next_token": ("sun_toy markov markov_point_mass random_prefix q_zero_where_p_positive "
+                           "topk_truncated"),
+        "coupling.accept_residual": "accept_residual",
+        "coupling.positions": "positions",
+    },
+}
+PATTERNS = {name: frozenset(f"{check}[{d}]" if d else check for check, ds in pat.items()
+                            for d in (ds.split() or [""]))
+            for name, pat in _PATTERNS.items()}
+HINT_MIN_MATCH = 0.6
+
+
+def diagnose(kind: str, checks) -> str:
+    """The hint for a run's ``checks`` (``Check`` objects): the negative control of the same
+    kind whose failure pattern the failures match best, or "" (no failure, a malformed output
+    or a sampler that raised: the report's own details say more than a pattern)."""
+    failed = {c.id for c in checks if c.failed}
+    if not failed or any(c.name == "output.well_formed" for c in checks if c.failed):
+        return ""
+    present = {c.id for c in checks}
+    scores = []
+    for name, pattern in PATTERNS.items():
+        if EXPECTED[name][0] != kind:
+            continue
+        pat = pattern & present
+        if pat:
+            scores.append((len(failed & pat) / len(failed | pat), name, pat))
+    scores.sort(key=lambda x: (-x[0], x[1]))
+    if not scores or scores[0][0] < HINT_MIN_MATCH:
+        return ""
+    score, name, pat = scores[0]
+    close = [n for s, n, _ in scores[1:] if s >= HINT_MIN_MATCH and s > score - 0.1]
+    return (f"this failure pattern matches the negative control {name!r} ({BUGS[name]}): "
+            f"{len(failed & pat)} of its {len(pat)} failing checks failed here, and "
+            f"{len(failed - pat)} other(s)"
+            + (f"; close: {', '.join(map(repr, close))}" if close else "")
+            + "; see specops.conformance.negative")
+
 
 # control -> (kind, method, the checks built to catch it: at least one must fail)
 EXPECTED = {**{n: ("chain", m, c) for n, (_, m, c) in CHAIN_BUGS.items()},
