@@ -13,7 +13,8 @@ Where the code lives (every name is re-exported here, ``specops.reference.X``):
 ``transform`` (section 2), ``draw`` (the per-position arithmetic of sections 1, 5, 9, 10),
 ``walk`` (``verify_rows_ref``: the token, forced and block walks, sections 1, 7, 9),
 ``law`` (the exact laws by enumeration), ``tree`` and ``tree_law`` (section 11), ``coins``
-(section 13), ``traversal`` and ``traversal_law`` (section 14).
+(section 13), ``traversal`` and ``traversal_law`` (section 14), ``gbv`` and ``gbv_law``
+(section 15; the reference only, not yet a method of the public call).
 
 1. The job
 ----------
@@ -579,6 +580,81 @@ path's rows) and the Triton kernel (``specops/triton_kernels/verify_traversal.py
 rows) emit the reference's tokens; bit-identity rests on the float64 products, differences and
 divisions above being correctly rounded and unfused, as in sections 9 and 11.
 
+15. Greedy multi-path block verification (GBV; code in ``specops/reference/gbv.py``)
+-----------------------------------------------------------------------------------
+GBV (Thomas & Pal, arXiv 2602.16961) selects one of K i.i.d. draft paths deterministically (the
+lexicographic maximum under a per-node ranking by ``p / q``) and runs section 9 on it with q
+replaced by ``q~``, the law of the next token of the maximum of K i.i.d. paths: Y follows that
+maximum, whose conditionals are the ``q~``, so the output law is the target's.  Reference only
+(``verify_gbv_ref``: ``verify_traversal_ref``'s arguments and outputs).  *Shape* (*Reading*): the
+present tree of section 11 must be a root with K >= 0 children (chain k: the k-th in node order),
+every other present node with at most one child, every leaf at one depth L (K = 0: the bonus draw
+from ``p_0``).  Any other shape (a branch below the root, chains of different present lengths),
+and point-mass drafts with K >= 2 (GBV needs q), is malformed (section 8: row -1, nothing read);
+with values readable the host calls ``gbv.check_gbv_trees`` (ValueError naming ``parent_ids`` or
+``draft_probs``).  Point mass with K = 1: ``q_j = one-hot(y_j)``.  Greedy: section 11's walk.
+*Rows*: ``p_n`` (sections 2-3), ``q_n`` from draft logits (invalid: *unusable*) or draft
+probabilities (unusable unless they pass section 3's check, as sections 11 and 14).  The law is
+stated for honest inputs (nodes with the same prefix carry the same rows).
+
+*The order of a node* (``rank_below``, float32 rows p, q): tokens with ``q = 0`` rank above all
+with ``q > 0``; for ``q(a), q(b) > 0``, a is below b iff ``p(a) * q(b) < p(b) * q(a)`` (float64
+products of float32: exact); every tie (equal products, both ``q = 0``) goes to the higher id.
+A node with an invalid p or unusable q orders by id alone (it ends the block, so it never reaches
+``q~``).  *Freedom*: sorting by ``(q = 0, float64(p) / float64(q), id)`` is the same order (two
+differing cross products differ by a relative ``>= 2**-49``; the quotients are normal float64).
+*Selection* (``select_path``): ``best = 0``; for ``k = 1..K-1`` take the first depth where chain
+k's and best's tokens differ (none: keep best); k replaces best iff its token ranks strictly above
+best's in the order of *best's* node above that depth (the root first).  The published code keeps
+the first-inserted child on a ratio tie while its CDF breaks ties by id: inexact at any tie of
+positive ratio (TV 0.11-0.19 in the tests; 0.02-0.15 with the fork's ``min(1, p/q)``).  Any order
+used by both the selection and ``q~`` is exact.
+
+*q~ along Y* (``rank_masses``, ``skew_row``, ``skew_step``; float64, each operation correctly
+rounded, unfused, in the order written; subnormals not flushed).  ``(a, b) = (0, 1)`` at the root
+(the frontier note's ``(A, x)`` rescaled to ``a + b = 1``: x alone underflows).  At position j,
+node of Y with rows p, q, next token y: ``Qw = trunc(q * 2**60)``, ``Q = sum Qw``, ``Fw(t)`` =
+the integer sum of ``Qw(u)`` over u ranked ``<= t``; ``iq = 1 / float64(Q)``,
+``F = float64(Fw) * iq``, ``Fm = float64(Fw - Qw) * iq``, ``qn = float64(Qw) * iq``;
+``X = a + b * F``, ``Y = a + b * Fm``; ``S = sum_{i<K} X**i Y**(K-1-i)`` by ``s = 1, y = 1``,
+then K - 1 times ``y = y * Y``, ``s = s * X + y``; ``Z`` = the same at ``(a + b * 1, a + b * 0)``;
+``q~ = (float64(q) * S) * (1 / Z)`` (K = 1: ``q~ = q`` bit for bit).  Then ``na = a + b * Fm(y)``,
+``nb = b * qn(y)``, ``den = na + nb``, ``(a, b) = (na / den, nb / den)`` if ``den > 0`` else
+``(1, 0)``.  This is ``[(A + x F)**K - (A + x Fm)**K] / [(A + x)**K - A**K]`` as a sum of products
+of non-negative numbers: no cancellation (the published difference form and unscaled x are why its
+code warns against K > 4).  *K is not capped*: against exact rationals (``gbv_law.skew_error``) the
+relative error of ``q~`` is at most 1.7 K ulps of ``2**-53`` (K = 2: 3.3, 32: 35, 64: 79; L <= 16)
+and 0 at K = 1; an entry ``~ q F**(K-1)`` may underflow to 0 at large K, where its exact value is
+below ``2**-1074``.  Cost: a ranking (sort) and ``O(K V)`` per position.
+
+*Block verification of Y* (``gbv_rho``, ``gbv_residual``): section 9 with the float64 ``q~`` for
+the float32 q.  Positions ``j = 0..L`` in order: an invalid target row is an invalid cut ``e = j``,
+an unusable draft row (``j < L``) a valid cut; else ``q~_j``, then (``j >= 1``) ``D_j =
+trunc(d * 2**60)``, ``d = rho_j p_j - q~_j`` where positive (product first), ``h_j`` from ``S_j``
+and ``rho_j``; ``t = rho_j p_j(y)``, ``rho_{j+1}`` = 1 if ``t > 0`` and ``t >= q~_j(y)``,
+``t / q~_j(y)`` if ``t > 0`` and ``q~_j(y) > 0``, else 0.  ``h_e = rho_e``; ``tau = max{j :
+u_{j-1} < h_j}`` (tag 0 at position ``j - 1``: positions are depths along Y); emit ``y_1..y_tau``
+(``accepted_nodes``: Y's nodes), then section 5's draw at ``(tau, tag 1)`` from ``p_e`` if
+``tau = e`` (an invalid cut: -1, ``valid = False``), else from ``D_tau`` (``p_tau`` if it sums to
+0).  The cuts keep the law exact: Y's first e tokens are the maximum of the paths' first e tokens
+whatever the rows at and below the cut.  A drafted ``q = 0`` token gets ``q~ = 0`` (rho 1 if
+``t > 0``, section 1's rule).  With K = 1 this is section 9 number for number, so
+``verify_gbv_ref`` emits ``verify_rows_ref(method="block")``'s tokens, cuts included, except that a
+draft probability row failing section 3's check is a valid cut here.  *Rows read*: p and q of
+best's node at each selection step with a difference; along Y every ``p_j`` (``j <= e``) and
+``q_j`` (``j <= e``, ``j < L``), no early exit.
+
+*Exactness* by enumeration (``gbv_law.exact_gbv_law``: every K-tuple of i.i.d. paths, summed as
+the selection's Markov chain in k, then every coin outcome with the implemented integers): within
+1e-12 of the target on dyadic rows for K = 1..4, L = 1..3, V = 2..4, the adversarial families,
+positive-ratio ties and top-k-truncated roots; an independent exact-rational implementation gives
+the same length law; the published tie rule, q for q~ and the fork's rule fail.  *Acceptance*
+(``gbv_law.expected_accepted``) -- no drop-in upgrade: ``p = q`` uniform (V = 4, L = 2): GBV 47/32
+(K = 2), 4985/4096 (K = 3), block and traversal_iid 2 (frontier note: 1.488 vs 2); the review's
+Markov model (L = 2): GBV 1.635 / 1.368 / 1.211 at K = 2 / 3 / 4, block 1.710, traversal_iid
+1.746 / 1.775 / 1.798; rows where p and q differ (K = 2, L = 2, V = 3): GBV 1.505, 1.552, block
+1.195, 1.225, traversal_iid 1.311, 1.403.
+
 The reference itself is written for clarity (a loop over requests, numpy per row); it is the
 oracle, not a fast path.
 """
@@ -601,6 +677,8 @@ from .tree import verify_tree_ref
 from .tree_law import exact_tree_law
 from .traversal import verify_traversal_ref
 from .traversal_law import exact_traversal_law
+from .gbv import check_gbv_trees, gbv_shape_error, verify_gbv_ref
+from .gbv_law import exact_gbv_law, expected_accepted
 from .walk import _block_length, verify_rows_ref
 
 __all__ = [
@@ -615,6 +693,7 @@ __all__ = [
     "_split64", "accept_uniform", "philox4x32", "sample_uniform64", "stream_words",
     "_int_masses", "argmax_row", "inv_temperature", "pexp", "sampling_probs_ref", "target_row",
     "top_p_threshold", "transform_row", "verify_tree_ref", "exact_tree_law",
-    "verify_traversal_ref", "exact_traversal_law", "_block_length",
+    "verify_traversal_ref", "exact_traversal_law", "check_gbv_trees", "gbv_shape_error",
+    "verify_gbv_ref", "exact_gbv_law", "expected_accepted", "_block_length",
     "verify_rows_ref"
 ]
