@@ -81,4 +81,5 @@ if [ "${SPECOPS_SKIP_VLLM:-0}" != 1 ]; then
   SPECOPS_SKIP_ALLOWLIST="$PWD/ci/allowed_skips_vllm.txt" \
     "$VPY" -m pytest -q -rs --durations=25 -m "" "${par[@]}" tests/integrations/test_vllm*.py
 fi
+"$PY" scripts/sizes.py
 step "full run passed"

@@ -27,7 +27,8 @@ from __future__ import annotations
 
 import torch
 
-from specops import _C, _cache
+import specops._C as _C
+from specops import _cache
 from specops._contract import IID_METHODS, TRAVERSAL_METHODS
 from specops._sgl_tree import malformed_sgl_requests
 from specops.reference.coins import ACC_CAP, check_thresholds

@@ -15,7 +15,7 @@ from typing import NamedTuple, Optional
 import torch
 
 try:
-    from specops import _C
+    import specops._C as _C
     _HAS = hasattr(_C, "shard_stats")
 except ImportError:                 # the C++ extension is not built: the torch path only
     _C, _HAS = None, False
