@@ -21,6 +21,7 @@ import numpy as np
 
 from specops import audit_env, lab
 from specops import reference as R
+from specops._contract import TRAVERSAL_METHODS
 from specops.reference.coins import threshold_tv
 from specops.audit_report import article_lines, format_report, plot_report  # noqa: F401
 
@@ -207,7 +208,7 @@ def _exact_law_checks(model: lab.ToyModel, view: dict, K: int) -> (List[dict], d
     for m in ("rsd", "mss", "traversal", "traversal_iid"):
         law = R.exact_traversal_law if m.startswith("traversal") else R.exact_tree_law
         trav[m] = law(model.target_fn(), model.draft_fn(), TRAVERSAL_TREE, lab.V, m)
-    for m in ("traversal", "traversal_iid"):
+    for m in TRAVERSAL_METHODS:
         out.append(_check(f"tree_{m}_law_tv", trav[m]["tv"] <= EXACT_TOL, trav[m]["tv"]))
     mean = {m: float(np.arange(3) @ t["length_law"]) for m, t in trav.items()}
     out.append(_check("traversal_accepts_at_least_rsd_mss",
@@ -230,7 +231,7 @@ def _exact_law_checks(model: lab.ToyModel, view: dict, K: int) -> (List[dict], d
             "block_tv": block["tv"], "block_length_law": block["length_law"].tolist(),
             "expected_accepted_token": e_tok, "expected_accepted_block": e_blk,
             "traversal_tree": TRAVERSAL_TREE, "traversal_expected_accepted": mean,
-            "traversal_tv": max(trav[m]["tv"] for m in ("traversal", "traversal_iid")),
+            "traversal_tv": max(trav[m]["tv"] for m in TRAVERSAL_METHODS),
             "sglang_threshold_tv": relaxed}
     return out, info
 

@@ -58,6 +58,7 @@ from typing import Optional, Sequence, Union
 import torch
 
 import specops
+from specops._contract import check_method
 
 __all__ = ["speculative_sampling", "generate", "GenerateOutput"]
 
@@ -263,8 +264,7 @@ def generate(target_model, draft_model, input_ids: torch.Tensor,
     """
     if input_ids.dim() != 2 or input_ids.shape[1] < 1:
         raise ValueError(f"input_ids must be [B, L] with L >= 1, got {tuple(input_ids.shape)}")
-    if method not in ("token", "block"):
-        raise ValueError(f"method must be 'token' or 'block', got {method!r}")
+    check_method(method)
     auto = isinstance(num_draft_tokens, str)
     if auto and num_draft_tokens != "auto":
         raise ValueError(f"num_draft_tokens must be an int >= 1 or 'auto', got "

@@ -280,8 +280,6 @@ def verify_traversal(target, target_is_probs, node_ids, parents, num_nodes, draf
     """Traversal verification on the canonical arguments of ``verify_tree.verify_tree`` ->
     (token_ids, num_accepted, accepted_nodes, valid).  Reads no tensor value on the host;
     the scratch rows are allocated here (4 x [B, max_depth + 1, V], 24 bytes per entry)."""
-    if method not in ("traversal", "traversal_iid"):
-        raise ValueError(f"method must be 'traversal' or 'traversal_iid', got {method!r}")
     B, N, V, D, outs, q, q_mode = tree_launch(target, node_ids, draft, draft_is_probs, max_depth)
     tok, nacc, nodes, valid = outs
     if B == 0:

@@ -225,8 +225,6 @@ def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, dr
     [B] tensors) -> (token_ids [B, max_depth + 1] int32, num_accepted [B] int32,
     accepted_nodes [B, max_depth] int32, valid [B] bool).  Reads no tensor value on the
     host; the scratch rows are allocated here ([B, V] int64 each)."""
-    if method not in ("rsd", "mss"):
-        raise ValueError(f"method must be 'rsd' or 'mss', got {method!r}")
     B, N, V, D, outs, q, q_mode = tree_launch(target, node_ids, draft, draft_is_probs, max_depth)
     tok, nacc, nodes, valid = outs
     if B == 0:
