@@ -93,6 +93,22 @@ BAD = [
         target_probs=torch.softmax(k.pop("target_logits"), -1), top_p=0.9), ValueError, "top_p"),
     ("backend unknown", lambda k: k.update(backend="gpu"), ValueError, "backend"),
     ("backend type", lambda k: k.update(backend=3), TypeError, "backend"),
+    # a storage freed or resized under its tensor (FSDP-style code): the C++ path read past
+    # the allocation, the reference read whatever followed
+    ("target storage freed", lambda k: k["target_logits"].untyped_storage().resize_(16),
+     ValueError, "target_logits's storage holds 16 bytes"),
+    ("draft storage freed", lambda k: k["draft_probs"].untyped_storage().resize_(0),
+     ValueError, "draft_probs's storage"),
+    ("ids storage freed", lambda k: k["draft_token_ids"].untyped_storage().resize_(8),
+     ValueError, "draft_token_ids's storage"),
+    ("seed storage freed", lambda k: k["seed"].untyped_storage().resize_(0), ValueError,
+     "seed's storage"),
+    ("target sparse", lambda k: k.update(target_logits=k["target_logits"].to_sparse()),
+     TypeError, "target_logits must be a dense"),
+    ("ids sparse", lambda k: k.update(draft_token_ids=k["draft_token_ids"].to_sparse()),
+     TypeError, "draft_token_ids must be a dense"),
+    ("seed sparse", lambda k: k.update(seed=k["seed"].to_sparse()), TypeError,
+     "seed must be a dense"),
 ]
 
 

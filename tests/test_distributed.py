@@ -62,6 +62,11 @@ def _cases():
         for method in ("token", "block"):
             cases.append((f"{name}-{method}", kw,
                           dict(method=method, return_accept_rates=True)))
+    # temperatures just below 1e-5 in float64 whose float32 is float32(1e-5): sampled (the
+    # contract compares float32(T)); the group once decided "greedy" from the raw float64
+    for T in (9.9999997e-06, 9.99999974737875e-06, np.float64(9.9999995e-06)):
+        cases.append((f"T-window-{float(T)!r}", dict(make_case("full", 1000, 4), temperature=T),
+                      {}))
     return cases
 
 

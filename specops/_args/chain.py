@@ -9,7 +9,8 @@ from specops import _cache
 from specops import reference as _ref
 from specops._draft_probs import check_draft_probs
 from specops._args.common import (ID_DTYPES, LOGIT_DTYPES, MAX_DRAFT_TOKENS, FEW, Range,
-                                  check_tensor, check_validate, may_read, per_request,
+                                  check_storage, check_tensor, check_validate, extent_bytes,
+                                  may_read, per_request,
                                   pick_target, rows, sampling_params, scalar, seeds, tracing,
                                   with_tensors)
 
@@ -64,6 +65,8 @@ class Layout(NamedTuple):
     is_probs: bool
     dname: str
     unit: bool                  # target and draft have unit stride along V: rows() is a no-op
+    extents: tuple = ()         # bytes each tensor of _STORAGE_ARGS addresses (0: absent):
+                                # their storages are checked on every call
 
 
 _LAYOUTS = _cache.Cache("argument layouts")
@@ -72,7 +75,7 @@ _LAYOUTS = _cache.Cache("argument layouts")
 def _tensor_key(t):
     """The part of a layout key one tensor argument contributes (None: not a plain tensor or
     absent, which the checks handle on every call)."""
-    if type(t) is torch.Tensor:                 # not a subclass (fake, functional, ...)
+    if type(t) is torch.Tensor and t.layout is torch.strided:   # not a subclass, not sparse
         return (t.shape, t.stride(), t.dtype, t.device)
     return None if t is None else False
 
@@ -112,7 +115,9 @@ def _check_layout(target_logits, draft_token_ids, draft_probs, target_probs, dra
     if flat:
         B = _check_flattened(tname, target, draft_token_ids, draft, dname,
                              cu_num_draft_tokens, num_draft_tokens)
-        return Layout(True, B, -1, V, tname, is_probs, dname, unit)
+        return Layout(True, B, -1, V, tname, is_probs, dname, unit, _extents(
+            target_logits, target_probs, draft_token_ids, draft_probs, draft_logits,
+            cu_num_draft_tokens))
     if cu_num_draft_tokens is not None:
         raise ValueError("cu_num_draft_tokens is for the flattened [N, V] layout; the "
                          "padded [B, K+1, V] layout takes num_draft_tokens")
@@ -130,7 +135,23 @@ def _check_layout(target_logits, draft_token_ids, draft_probs, target_probs, dra
     if max_num_draft_tokens is not None:
         raise ValueError("max_num_draft_tokens is for the flattened layout; the padded "
                          "layout's width is K + 1")
-    return Layout(False, B, K, V, tname, is_probs, dname, unit)
+    return Layout(False, B, K, V, tname, is_probs, dname, unit, _extents(
+        target_logits, target_probs, draft_token_ids, draft_probs, draft_logits, None))
+
+
+_STORAGE_ARGS = ("target_logits", "target_probs", "draft_token_ids", "draft_probs",
+                 "draft_logits", "cu_num_draft_tokens")
+
+
+def _extents(*tensors) -> tuple:
+    """The bytes each tensor argument of ``_STORAGE_ARGS`` addresses (0: absent or empty)."""
+    return tuple(0 if t is None else extent_bytes(t) for t in tensors)
+
+
+def _check_storages(lay: Layout, *tensors) -> None:
+    for name, t, need in zip(_STORAGE_ARGS, tensors, lay.extents):
+        if need:
+            check_storage(name, t, need)
 
 
 def _check_flattened(tname, target, draft_token_ids, draft, dname, cu_num_draft_tokens,
@@ -234,6 +255,9 @@ def prepare(*, target_logits=None, draft_token_ids=None, draft_probs=None, targe
         lay = _check_layout(*shapes)
         if key is not None:
             _LAYOUTS.get(key, lambda: lay)
+    else:                                       # a cached layout: this call's storages
+        _check_storages(lay, target_logits, target_probs, draft_token_ids, draft_probs,
+                        draft_logits, cu_num_draft_tokens)
     is_probs = lay.is_probs
     target = target_probs if is_probs else target_logits
     draft = draft_probs if draft_probs is not None else draft_logits

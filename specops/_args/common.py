@@ -88,9 +88,32 @@ def eager_direct() -> bool:
 
 
 # ----------------------------------------------------------------------------- tensors
+def extent_bytes(t: torch.Tensor) -> int:
+    """Bytes from a strided tensor's first element to one past its last (0 if empty)."""
+    if t.numel() == 0:
+        return 0
+    return (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
+
+
+def check_storage(name, t: torch.Tensor, extent: Optional[int] = None) -> None:
+    """The tensor's storage holds every element its shape and strides address (a storage
+    freed or resized under a tensor, as FSDP-style code does, would be read past its end)."""
+    if tracing():                               # (torch.compile / capture: no storage here)
+        return
+    need = extent_bytes(t) if extent is None else extent
+    if need and t.untyped_storage().nbytes() - t.storage_offset() * t.element_size() < need:
+        raise ValueError(
+            f"{name}'s storage holds {t.untyped_storage().nbytes()} bytes, fewer than its "
+            f"shape {tuple(t.shape)}, strides {t.stride()} and offset {t.storage_offset()} "
+            f"address ({need} from its start): was its storage freed or resized?")
+
+
 def check_tensor(name, t, dtypes, ndims=None, device=None) -> None:
     if not isinstance(t, torch.Tensor):
         raise TypeError(f"{name} must be a torch.Tensor, got {type(t).__name__}")
+    if t.layout is not torch.strided:
+        raise TypeError(f"{name} must be a dense (strided) tensor, got layout {t.layout}: "
+                        "call .to_dense() first")
     if t.dtype not in dtypes:
         raise TypeError(f"{name} must have dtype in {[str(d) for d in dtypes]}, got {t.dtype}")
     if ndims is not None and t.dim() not in ndims:
@@ -102,6 +125,8 @@ def check_tensor(name, t, dtypes, ndims=None, device=None) -> None:
                              "(meta and other devices hold no values to verify)")
     elif t.device != device:
         raise ValueError(f"{name} must be on {device} like the target, got {t.device}")
+    if type(t) is torch.Tensor:                 # (fake and other subclasses hold no storage)
+        check_storage(name, t)
 
 
 def rows(t: Optional[torch.Tensor]) -> Optional[torch.Tensor]:
@@ -178,6 +203,11 @@ def per_request(name, value, B, dtype, device, rng: Optional[Range], scalars=Fal
                              f"{tuple(value.shape)}")
         if value.dtype.is_complex or value.dtype == torch.bool:
             raise TypeError(f"{name} must hold real numbers, got {value.dtype}")
+        if value.layout is not torch.strided:
+            raise TypeError(f"{name} must be a dense (strided) tensor, got layout "
+                            f"{value.layout}")
+        if type(value) is torch.Tensor:
+            check_storage(name, value)
         if not dtype.is_floating_point and value.dtype.is_floating_point:
             raise TypeError(f"{name} must hold integers, got {value.dtype}")
         vdev = value.device
