@@ -24,7 +24,10 @@ def greedy_walk(candidates, next_token, next_sibling, retrive_index, target_pred
     dev = candidates.device
     D = max(0, min(num_spec, N) - 1)
     cand = candidates.to(torch.int64)
-    nt, ns = next_token.to(torch.int64), next_sibling.to(torch.int64)
+    # a link outside [0, n) ends its chain here: such a request is malformed and blanked by
+    # the caller, but no gather below may index outside the tensors (a device-side assert)
+    nt, ns = (torch.where((t >= 0) & (t < N), t.to(torch.int64), -1)
+              for t in (next_token, next_sibling))
     ri = retrive_index.to(torch.int64)
     flat = target_predict.reshape(-1).to(torch.int64)
     bi = torch.arange(B, device=dev)

@@ -470,9 +470,12 @@ def _spellings(ri, nt, ns, ri2, nt2, ns2):
 
 def _check_layout(predicts, accept_index, accept_token_num, candidates, retrive_index,
                   retrive_next_token, retrive_next_sibling, B, N, dev) -> int:
-    _int_tensor("predicts", predicts, 1)
-    _int_tensor("accept_index", accept_index, 2)
-    _int_tensor("accept_token_num", accept_token_num, 1)
+    for name, t, ndim in (("predicts", predicts, 1), ("accept_index", accept_index, 2),
+                          ("accept_token_num", accept_token_num, 1)):
+        _int_tensor(name, t, ndim)
+        if t.dtype not in (torch.int32, torch.int64):   # tokens, -1 and slots must fit
+            raise TypeError(f"{name} must be int32 or int64 (sgl-kernel's outputs), got "
+                            f"{t.dtype}")
     for name, t in (("candidates", candidates), ("retrive_index", retrive_index),
                     ("retrive_next_token", retrive_next_token),
                     ("retrive_next_sibling", retrive_next_sibling)):
@@ -528,7 +531,7 @@ def _run_coins(predicts, accept_index, accept_token_num, candidates, retrive_ind
     for name, t, shape in (("uniform_samples", uniform_samples, (B, N)),
                            ("uniform_samples_for_final_sampling",
                             uniform_samples_for_final_sampling, (B,))):
-        if not isinstance(t, torch.Tensor) or t.numel() != B * (N if len(shape) == 2 else 1):
+        if not isinstance(t, torch.Tensor) or tuple(t.shape) != shape:
             raise ValueError(f"{name} must be a {list(shape)} tensor (the caller's coins, "
                              f"section 13), got {getattr(t, 'shape', type(t).__name__)}")
         if not t.dtype.is_floating_point or t.device != dev:

@@ -443,6 +443,56 @@ def test_malformed_and_invalid_rows():
     assert n.tolist() == [1, 2] and p[0].item() == 3 and p[3].item() == -1
 
 
+@pytest.mark.parametrize("backend", BACKENDS)
+def test_unchecked_malformed_requests_are_blanked_alike(backend):
+    """validate=False (the CUDA default): a link >= n (verify_tree_greedy indexed past the
+    tensors: a device-side assert on a GPU) and a present node's candidate outside [0, V)
+    (valid said True, and the C++ and torch paths disagreed) are the malformed-request output,
+    valid False, the neighbour untouched, on every backend."""
+    candidates, ri, nt, ns, target = sgl_documented_case()
+    want = outputs(2, 6, 4, fill=50)
+    S.tree_speculative_sampling_target_only(*want, candidates, ri, nt, ns, _uniform(2, 6),
+                                            _uniform(2), target, backend="reference")
+    far = nt.clone()
+    far[1, 0] = 6 + 3                      # a first-child link past n
+    bad_c = candidates.clone()
+    bad_c[1, 3] = 40                       # a present node's token >= V
+    for kind, (c, links) in {"link": (candidates, far), "candidate": (bad_c, nt)}.items():
+        p, a, n = outputs(2, 6, 4, fill=50)
+        valid = S.tree_speculative_sampling_target_only(
+            p, a, n, c, ri, links, ns, _uniform(2, 6), _uniform(2), target, backend=backend,
+            validate=False)
+        assert valid.tolist() == [True, False], kind
+        assert n.tolist() == [want[2][0].item(), 0], kind
+        assert p[6].item() == -1 and torch.equal(p[:6], want[0][:6]), kind
+    tp = torch.zeros(12, dtype=torch.int64)
+    p, a, n = outputs(2, 6, 4, fill=50)
+    S.verify_tree_greedy(p, a, n, candidates, ri, far, ns, tp.reshape(2, 6), validate=False)
+    assert n.tolist()[1] == 0 and p[6].item() == -1
+
+
+def test_coin_shapes_and_output_dtypes_refused():
+    """uniform_samples of bs * n elements in another shape used to be read row-major (a
+    transposed tensor reassigned one request's coins to another); an int8 / uint8 output
+    truncated tokens (299 read back 43, -1 read back 255)."""
+    candidates, ri, nt, ns, target = sgl_documented_case()
+    u = _uniform(2, 6)
+    for bad in (u.t().contiguous(), u.reshape(-1), u[..., None]):
+        with pytest.raises(ValueError, match="uniform_samples must be a \\[2, 6\\] tensor"):
+            S.tree_speculative_sampling_target_only(*outputs(2, 6, 4), candidates, ri, nt, ns,
+                                                    bad, _uniform(2), target)
+    with pytest.raises(ValueError, match="uniform_samples_for_final_sampling"):
+        S.tree_speculative_sampling_target_only(*outputs(2, 6, 4), candidates, ri, nt, ns, u,
+                                                _uniform(2)[:, None], target)
+    for dtype in (torch.int8, torch.uint8, torch.int16):
+        for i, name in enumerate(("predicts", "accept_index", "accept_token_num")):
+            outs = list(outputs(2, 6, 4))
+            outs[i] = outs[i].to(dtype)
+            with pytest.raises(TypeError, match=f"{name} must be int32 or int64"):
+                S.tree_speculative_sampling_target_only(*outs, candidates, ri, nt, ns, u,
+                                                        _uniform(2), target)
+
+
 @pytest.mark.skipif("cpu" not in BACKENDS, reason="needs the C++ backend's verify_tree (the "
                     "reference backend reads values on the host by design)")
 def test_no_host_reads_without_validation():
