@@ -11,6 +11,8 @@ import numpy as np
 import pytest
 import torch
 
+import specops
+
 from specops import reference as R
 from specops.reference import traversal as _trav
 from tests._families import ADVERSARIAL, dyadic
@@ -263,3 +265,22 @@ def test_accepts_at_least_rsd_and_mss(name):
                 gain = (R.exact_traversal_law(t, d, tree, 3, m)["mean"]
                         - mean(R.exact_tree_law(t, d, tree, 3, base)["length_law"]))
                 assert gain >= -1e-12, (name, seed, tree, m, gain)
+
+
+def test_deep_chain_no_recursion_limit():
+    """A valid chain deeper than Python's recursion limit (the reference's recursive visit
+    raised RecursionError past ~1000 levels, where the C++ walk returns tokens): the
+    reference runs it, and equals the C++ path where it is built."""
+    import sys
+    D, V = sys.getrecursionlimit() + 500, 5
+    g = torch.Generator().manual_seed(5)
+    kw = dict(target_logits=torch.randn(1, D + 1, V, generator=g),
+              node_token_ids=torch.randint(0, V, (1, D + 1), generator=g),
+              parent_ids=torch.arange(-1, D)[None],
+              draft_probs=torch.softmax(torch.randn(1, D + 1, V, generator=g), -1), seed=1)
+    for method in ("traversal", "traversal_iid"):
+        ref = specops.verify_tree(**kw, method=method, backend="reference")
+        assert ref.valid.all()                 # (the walk descends to the leaf first)
+        if "cpu" in specops.available_backends():
+            got = specops.verify_tree(**kw, method=method, backend="cpu")
+            assert all(torch.equal(a, b) for a, b in zip(got, ref)), method

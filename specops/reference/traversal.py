@@ -89,7 +89,11 @@ def _draft_state(req: Request, c: int):
 def traverse(req: Request, coin: Callable):
     """The walk of section 14 on one request -> (node, weights): the accepted node and the
     integer weights of its draw (None if its target row is invalid: the request ends there
-    invalid).  ``coin(n, pi)`` decides whether node n, tested with weight pi, is accepted."""
+    invalid).  ``coin(n, pi)`` decides whether node n, tested with weight pi, is accepted.
+
+    ``visit`` is the recursion of section 14 written as a generator: where it would call
+    itself on a child it yields the child and receives the child's result, so that the loop
+    at the bottom runs trees of any depth without Python's recursion limit."""
 
     def visit(c: int, rho: float):
         p = req.p(c)
@@ -108,7 +112,7 @@ def traverse(req: Request, coin: Callable):
             if req.point_mass:
                 s = np.zeros(m.size)
                 s[y] = 1.0
-            found = visit(x, child_weight(rho, m[y], s[y]))
+            found = yield x, child_weight(rho, m[y], s[y])        # visit(x, ...)
             if found is not None:
                 return found
             Rw, A, rho = delete_update(rho, m, s)
@@ -128,7 +132,16 @@ def traverse(req: Request, coin: Callable):
             return c, (None if p is None else accepted_weights(p, Rw, A))
         return None
 
-    return visit(0, 1.0)
+    stack, result = [visit(0, 1.0)], None
+    while stack:
+        try:
+            x, pi = stack[-1].send(result)                 # the frame asks to visit child x
+            stack.append(visit(x, pi))
+            result = None
+        except StopIteration as done:                      # the frame returned
+            stack.pop()
+            result = done.value
+    return result
 
 
 # ----------------------------------------------------------------------------- the oracle
