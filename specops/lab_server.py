@@ -19,6 +19,10 @@ Routes (GET only; anything else is 404 or 405, so only the package's own files a
 * ``/api/audit/quick?...``: the same without the exact laws (their enumeration is the slow
   part, ~0.3-1 s for a new model): the page shows it first, then the full report.
 
+The page's trace is at most ``PAGE_MAX_LENGTH`` tokens (``specops audit --length`` runs
+longer ones), and an audit request that finds another running for more than
+``BUSY_WAIT_S`` seconds is answered 503 (busy) rather than queued behind it.
+
 Requests must name the server by its loopback address (``Host: 127.0.0.1:PORT`` or
 ``localhost:PORT``): a page elsewhere cannot reach it through DNS rebinding.
 """
@@ -38,6 +42,8 @@ from urllib.parse import parse_qs, urlencode, urlsplit
 from specops import lab
 
 HOST = "127.0.0.1"
+PAGE_MAX_LENGTH = 20_000        # the page's longest trace (a few seconds of audit)
+BUSY_WAIT_S = 5.0               # how long an audit request waits for the running one
 STATIC = {"/": ("index.html", "text/html; charset=utf-8"),
           "/index.html": ("index.html", "text/html; charset=utf-8"),
           "/lab.js": ("lab.js", "text/javascript; charset=utf-8"),
@@ -92,10 +98,18 @@ class Lab:
                 except lab.KnobError as exc:
                     return 400, {"error": str(exc), "knob": name}
         knobs = lab.sanitize_knobs(**params)
+        if knobs.length > PAGE_MAX_LENGTH:
+            return 400, {"error": f"knob 'length' (tokens to emit) is at most "
+                                  f"{PAGE_MAX_LENGTH} on the page; `specops audit --length "
+                                  f"{knobs.length}` runs it in the terminal", "knob": "length"}
         from specops import audit
-        with self._lock:
+        if not self._lock.acquire(timeout=BUSY_WAIT_S):
+            return 503, {"error": "busy: another audit is running; try again"}
+        try:
             report = audit.run_audit(knobs, backend=self.backend, grid=False,
                                      only=[self.backend], law_cache=self._laws, laws=laws)
+        finally:
+            self._lock.release()
         report["page"] = {"variant": f"no grid; backend {self.backend} only; exact laws "
                                      "cached per model",
                           "full": "specops audit runs the grid and every backend"}
@@ -155,12 +169,22 @@ class Handler(BaseHTTPRequestHandler):
     do_POST = do_PUT = do_DELETE = do_PATCH = _refuse
 
 
+class LabServer(ThreadingHTTPServer):
+    """A thread per request, a listen backlog for a burst of page requests (the default 5
+    reset clients while an audit computed), and quiet about a client that went away."""
+    request_queue_size = 128
+    daemon_threads = True
+
+    def handle_error(self, request, client_address):
+        if isinstance(sys.exc_info()[1], (ConnectionError, TimeoutError)):
+            return                          # a closed tab or a dropped connection
+        super().handle_error(request, client_address)
+
+
 def make_server(port: int = 0, start: lab.Knobs = lab.DEFAULT_KNOBS) -> ThreadingHTTPServer:
     """A server on 127.0.0.1:`port` (0: a free one; see ``server.server_port``)."""
     handler = type("LabHandler", (Handler,), {"lab": Lab(start)})
-    server = ThreadingHTTPServer((HOST, port), handler)
-    server.daemon_threads = True
-    return server
+    return LabServer((HOST, port), handler)
 
 
 def page_url(server, start: lab.Knobs = lab.DEFAULT_KNOBS) -> str:

@@ -177,6 +177,34 @@ def test_unknown_knob_refused(server):
     assert status == 400 and "unknown knob 'temperature'" in json.loads(body)["error"]
 
 
+def test_long_traces_are_refused_and_a_busy_audit_answers_503(server, monkeypatch):
+    """One request for the longest trace held the single audit lock for 28-90 s while every
+    other audit request waited behind it: the page caps the trace (naming the knob) and a
+    request that finds an audit running past BUSY_WAIT_S gets 503 instead of queueing."""
+    status, _, body = get(server, f"/api/audit/quick?length={lab_server.PAGE_MAX_LENGTH + 1}")
+    assert status == 400 and json.loads(body)["knob"] == "length"
+    monkeypatch.setattr(lab_server, "BUSY_WAIT_S", 0.05)
+    held = server.RequestHandlerClass.lab._lock
+    held.acquire()
+    try:
+        status, _, body = get(server, "/api/audit/quick?length=8")
+    finally:
+        held.release()
+    assert status == 503 and "busy" in json.loads(body)["error"]
+    assert get(server, "/api/audit/quick?length=8")[0] == 200
+
+
+def test_burst_backlog_and_closed_connections_are_quiet(server, capsys):
+    """A listen backlog of 5 reset 2-25% of a burst; a client that closed before its answer
+    printed a traceback in the server's terminal."""
+    assert server.request_queue_size >= 128
+    try:
+        raise BrokenPipeError(32, "Broken pipe")
+    except BrokenPipeError:
+        server.handle_error(None, ("127.0.0.1", 1))
+    assert capsys.readouterr().err == ""
+
+
 def test_knobs_endpoint_has_the_cli_ranges(server):
     info = json.loads(get(server, "/api/knobs")[2])
     assert [k["name"] for k in info["knobs"]] == list(lab.KNOB_RANGES)
