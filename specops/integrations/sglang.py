@@ -118,6 +118,8 @@ from __future__ import annotations
 
 from typing import NamedTuple, Optional
 
+import numbers
+
 import torch
 
 from specops import _args, _contract
@@ -187,6 +189,8 @@ def _check_thresholds(threshold_single, threshold_acc) -> None:
                 raise ValueError(f"{name} must be a number, got a tensor of shape "
                                  f"{tuple(v.shape)}")
             v = v.item()
+        if isinstance(v, (bool, str, bytes)) or not isinstance(v, numbers.Real):
+            raise TypeError(f"{name} must be a real number, got {v!r}")
         if float(v) != 1.0:
             raise ValueError(
                 f"{name}={v!r}: specops verifies exactly and refuses sgl-kernel's relaxed "

@@ -14,6 +14,8 @@ from __future__ import annotations
 import math
 from typing import NamedTuple
 
+import numbers
+
 import numpy as np
 
 from .checks import probs_row_valid
@@ -38,6 +40,8 @@ def check_thresholds(single, acc) -> Thresholds:
     """float32 thresholds in [0, 1] (ValueError naming the argument otherwise)."""
     out = []
     for name, v in (("threshold_single", single), ("threshold_acc", acc)):
+        if isinstance(v, (bool, str, bytes)) or not isinstance(v, numbers.Real):
+            raise TypeError(f"{name} must be a real number in [0, 1], got {v!r}")
         v = float(np.float32(float(v)))
         if not 0.0 <= v <= 1.0:
             raise ValueError(f"{name}={v!r} must be in [0, 1] (section 13; 1 is exact, below "

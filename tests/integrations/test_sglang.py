@@ -400,6 +400,12 @@ def test_thresholds_refused():
     with pytest.raises(ValueError, match="threshold_single"):   # newest positional form
         S.tree_speculative_sampling_target_only(*outputs(2, 6, 4), *args, 0.5,
                                                 randomness="philox")
+    for bad in ("0.5", None, [1.0], 1 + 0j, True):      # a string ran the relaxed mode
+        for randomness in ("uniforms", "philox"):
+            with pytest.raises(TypeError, match="threshold_acc must be a real number"):
+                S.tree_speculative_sampling_target_only(*outputs(2, 6, 4), *args,
+                                                        torch.zeros_like(target), 1.0, bad,
+                                                        randomness=randomness)
     with pytest.raises(ValueError, match="draft_probs"):
         S.tree_speculative_sampling(*outputs(2, 6, 4), *args)
     with pytest.raises(ValueError, match="method"):
