@@ -110,20 +110,30 @@ def verify_block(target_logits: Optional[torch.Tensor] = None,
     required under ``torch.compile`` and CUDA-graph capture).
 
     ``draft_probs`` are the probabilities the drafts were drawn from; the draft model's
-    logits go in ``draft_logits`` (transformed like the target's).  Where values are checked
-    (below), every draft_probs row the walk may read must be finite, in [0, 1] and sum to 1
-    within 1e-2; where they are not, a token the target gives probability 0 is never
+    logits go in ``draft_logits`` (transformed like the target's).  A checked draft_probs
+    row must be finite, in [0, 1] and sum to 1 within 1e-2 (``validate`` below says which
+    rows are checked); where they are not, a token the target gives probability 0 is never
     accepted whatever the draft row holds (reference section 1).
 
-    ``temperature`` (0 = greedy; below 1e-5 counts as greedy), ``top_k`` (0 = off), ``top_p``
-    (1 = off), ``min_p`` (0 = off), ``seed`` and ``offset``: each one Python number for every
-    request, or B values (a [B] tensor, a list or tuple, a numpy array).  Without ``seed``,
-    one int64 seed per request is drawn from ``generator`` (or torch's default generator)
-    and the offset defaults to 0.  ``backend``: "auto", "reference", "cpu" or "triton".
+    ``temperature`` (0 = greedy; below 1e-5 counts as greedy), ``top_k`` (0 = off; k >= V
+    keeps every token), ``top_p`` (1 = off), ``min_p`` (0 = off), ``seed`` and ``offset``:
+    each one Python number for every request, or B values (a [B] tensor, a list or tuple, a
+    numpy array).  ``seed`` and ``offset`` name the random stream (reference section 4): a
+    request's coins depend only on its own (seed, offset), so results are batch-invariant and
+    reproducible.  An engine keeps one seed per request and **advances** ``offset`` **every
+    step** (for example by 1 per call, or by the number of tokens the request has emitted):
+    the same (seed, offset) gives the same coins, so a fixed offset reuses them at every
+    step.  Without ``seed``, one int64 seed per request is drawn from ``generator`` (or
+    torch's default generator) on every call and ``offset`` defaults to 0 (fresh coins each
+    call, not reproducible without the generator's state).  ``backend``: "auto",
+    "reference", "cpu" or "triton".
 
     ``validate``: ``True`` checks every value on the host and raises ``ValueError`` (on
-    CUDA tensors this synchronises); ``None`` (default) checks what is free (Python scalars,
-    CPU tensors); ``False`` reads no value at all.  What is not checked is guarded on the
+    CUDA tensors this synchronises), every draft_probs row the walk may read included;
+    ``None`` (default) checks what is free (Python scalars, CPU tensors): the draft_probs
+    values the walk reads anyway (``q(y)`` at every accepted position and the whole row a
+    token is drawn from; a greedy request reads none), raising after the walk; ``False``
+    reads no value at all.  What is not checked is guarded on the
     device: a malformed request's row is all -1, num_accepted 0, valid False (reference,
     section 8).  ``validate=False`` with ``max_num_draft_tokens`` (flattened layout) makes no
     host synchronisation and can be captured in a CUDA graph.

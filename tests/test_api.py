@@ -39,6 +39,10 @@ BAD = [
      "draft_token_ids"),
     ("ids wrong K", lambda k: k.update(draft_token_ids=k["draft_token_ids"][:, :2]),
      ValueError, "draft_token_ids"),
+    # the engine's most common mistake: the target without its bonus row (the message used
+    # to ask for a draft fewer)
+    ("target without the bonus row", lambda k: k.update(
+        target_logits=k["target_logits"][:, :3]), ValueError, "needs K\\+1 = 4 rows"),
     ("ids wrong B", lambda k: k.update(draft_token_ids=k["draft_token_ids"][:1]),
      ValueError, "draft_token_ids"),
     ("ids >= V", lambda k: k["draft_token_ids"].__setitem__((0, 0), 11), ValueError,
@@ -122,6 +126,10 @@ def test_bad_input_raises_clear_error(name, mutate, exc, word):
 
 FLAT_BAD = [
     ("2-D without cu", lambda k: k.pop("cu_num_draft_tokens"), "cu_num_draft_tokens"),
+    # the padded layout's ids with a flattened target: said "must have 1 dimensions"
+    ("2-D target, padded ids, no cu", lambda k: k.update(
+        draft_token_ids=k.pop("cu_num_draft_tokens") * 0 + k["draft_token_ids"][:2, None]),
+     "flattened \\(vLLM\\) layout, which needs cu_num_draft_tokens"),
     ("rows != T + B", lambda k: k.update(target_logits=k["target_logits"][:-1]), "T \\+ B"),
     ("cu not ending at T", lambda k: k.update(cu_num_draft_tokens=torch.tensor([1, 2])),
      "cu_num_draft_tokens|rows"),

@@ -99,6 +99,10 @@ def _check_layout(target_logits, draft_token_ids, draft_probs, target_probs, dra
     if draft_token_ids is None:
         raise ValueError("draft_token_ids is required (use a [B, 0] tensor for bonus-only)")
     flat = target.dim() == 2
+    if flat and cu_num_draft_tokens is None:
+        raise ValueError(f"{tname} is 2-D [N, V]: that is the flattened (vLLM) layout, which "
+                         "needs cu_num_draft_tokens [B] (and draft_token_ids [T]); or pass "
+                         f"{tname} as [B, K+1, V] with draft_token_ids [B, K]")
     check_tensor("draft_token_ids", draft_token_ids, ID_DTYPES, (1,) if flat else (2,), device)
     draft = draft_probs if draft_probs is not None else draft_logits
     dname = "draft_probs" if draft_probs is not None else "draft_logits"
@@ -126,9 +130,14 @@ def _check_layout(target_logits, draft_token_ids, draft_probs, target_probs, dra
     if K < 0:
         raise ValueError(f"{tname} must have K+1 >= 1 rows per request, got shape "
                          f"{tuple(target.shape)}")
+    if tuple(draft_token_ids.shape) == (B, K1):
+        raise ValueError(f"{tname} {tuple(target.shape)} has {K1} rows per request for "
+                         f"{K1} drafts: the target needs K+1 = {K1 + 1} rows, one per draft "
+                         "plus the bonus row (the target's distribution after the last draft)")
     if tuple(draft_token_ids.shape) != (B, K):
         raise ValueError(f"draft_token_ids must have shape [B, K] = [{B}, {K}] to match "
-                         f"{tname} {tuple(target.shape)}, got {tuple(draft_token_ids.shape)}")
+                         f"{tname} {tuple(target.shape)} (K+1 = {K1} rows per request), got "
+                         f"{tuple(draft_token_ids.shape)}")
     if draft is not None and tuple(draft.shape) != (B, K, target.shape[-1]):
         raise ValueError(f"{dname} must have shape [B, K, V] = [{B}, {K}, "
                          f"{target.shape[-1]}], got {tuple(draft.shape)}")
