@@ -310,6 +310,7 @@ PyMethodDef keyword_method(const char* doc) {
 constexpr char kVerify[] = "verify";
 constexpr char kVerifyTree[] = "verify_tree";
 constexpr char kVerifyTraversal[] = "verify_traversal";
+constexpr char kVerifyGbv[] = "verify_gbv";
 constexpr char kSamplingProbs[] = "sampling_probs";
 
 // The fields verify and verify_tree (VerifyArgs, TreeArgs) share: the batch size, then the
@@ -463,6 +464,8 @@ PYBIND11_MODULE(_C, m) {
           kVerifyTreeDoc),
       keyword_method<specops::TreeArgs, parse_verify_tree, specops::verify_traversal,
                      kVerifyTraversal>(kVerifyTraversalDoc),
+      keyword_method<specops::TreeArgs, parse_verify_tree, specops::verify_gbv, kVerifyGbv>(
+          "GBV (reference.verify_gbv_ref, section 15): verify_tree's fields (mss unused)."),
       keyword_method<SamplingArgs, parse_sampling_probs, run_sampling_probs, kSamplingProbs>(
           kSamplingProbsDoc),
   };

@@ -125,6 +125,9 @@ void coin_walk(const CoinArgs& a);
 // without replacement (method "traversal"), else i.i.d. ("traversal_iid").
 void verify_traversal(const TreeArgs& a);
 
+// GBV (reference section 15): a root with K chains of one length; verify_tree's fields.
+void verify_gbv(const TreeArgs& a);
+
 // logits [N, V] -> probs [N, V] float32 contiguous, valid [N]; rows run on at most `threads`
 // threads.
 void sampling_probs(const Mat& logits, const TransformParams& params, float* out_probs,

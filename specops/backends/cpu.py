@@ -204,7 +204,8 @@ def sampling_probs(logits, inv_temp, top_k, top_p, min_p):
 
 def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, draft_is_probs,
                 inv_temp, top_k, top_p, min_p, seed, offset, max_depth, method="rsd"):
-    traversal = method in TRAVERSAL_METHODS
+    walk = (_C.verify_gbv if method == "gbv" else
+            _C.verify_traversal if method in TRAVERSAL_METHODS else _C.verify_tree)
     dev = target.device
     keep: list = []  # converted copies, alive until the call returns
     tgt = _rows(target, bool(target_is_probs))
@@ -227,7 +228,7 @@ def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, dr
     nacc = torch.empty(B, dtype=torch.int32)
     nodes = torch.empty((B, D), dtype=torch.int32)
     valid = torch.empty(B, dtype=torch.bool)
-    (_C.verify_traversal if traversal else _C.verify_tree)(  # by keyword, in binding order
+    walk(  # by keyword, in binding order
         B=B, target_is_probs=bool(target_is_probs), target=_mat(tgt),
         draft_is_probs=bool(draft_is_probs), draft=None if dr is None else _mat(dr),
         N=N, max_depth=D,

@@ -47,7 +47,8 @@ def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, dr
     B, N = node_ids.shape
     V = target.shape[-1]
     draft_np = None if draft is None else _np(draft).reshape(B, N, V)
-    walk = R.verify_traversal_ref if method in TRAVERSAL_METHODS else R.verify_tree_ref
+    walk = (R.verify_gbv_ref if method == "gbv" else
+            R.verify_traversal_ref if method in TRAVERSAL_METHODS else R.verify_tree_ref)
     out = walk(
         _np(target).reshape(B, N, V), target_is_probs, _np(node_ids), _np(parents),
         _np(num_nodes, B), draft_np, draft_is_probs, _np(inv_temp, B), _np(top_k, B),
