@@ -215,18 +215,26 @@ def test_sync_free():
 @pytest.mark.full
 @pytest.mark.parametrize("target,draft", [("logits", "probs"), ("logits", "logits"),
                                           ("probs", "probs"), ("logits", None)])
-def test_large_vocab(target, draft):
-    """V = 1000 in the default tiles (several 16-lane... here 1024-lane interpreter tiles are
-    forced down to 256 so that rows cross tiles)."""
-    import os
-    os.environ["SPECOPS_TRITON_BLOCK_V"] = "256"
-    try:
-        reqs = point_requests() if draft is None else [
-            dict(K=1, L=2), dict(K=2, L=2), dict(K=3, L=1), dict(K=4, L=2, share=.9),
-            dict(K=2, L=2, top_k=50, top_p=.9), dict(K=2, L=2, bad_draft=[1])]
-        check(gbv_case(reqs, 1000, seed=5, target=target, draft=draft))
-    finally:
-        os.environ.pop("SPECOPS_TRITON_BLOCK_V", None)
+def test_large_vocab(target, draft, monkeypatch):
+    """V = 1000 in 256-lane tiles (4 tiles a row, the last one partial)."""
+    monkeypatch.setenv("SPECOPS_TRITON_BLOCK_V", "256")
+    reqs = point_requests() if draft is None else [
+        dict(K=1, L=2), dict(K=2, L=2), dict(K=3, L=1), dict(K=4, L=2, share=.9),
+        dict(K=2, L=2, top_k=50, top_p=.9), dict(K=2, L=2, bad_draft=[1]),
+        dict(K=3, L=2, temp=0)]
+    check(gbv_case(reqs, 1000, seed=5, target=target, draft=draft))
+
+
+@pytest.mark.full
+@pytest.mark.parametrize("target,draft", [("logits", "logits"), ("probs", "probs")])
+def test_many_ties(target, draft):
+    """q = p on every row (every ratio ties: id order) and draft probabilities with zeros,
+    48 requests: enough coins that a wrong tie order or (a, b) step changes some token."""
+    reqs = [dict(K=int(k), L=int(l), ties=True, share=.6) for k in (2, 3, 4) for l in (1, 2, 3)]
+    if draft == "probs":
+        reqs += [dict(K=3, L=2, zeros=.5), dict(K=2, L=3, zeros=.3)] * 3
+    reqs = (reqs * 4)[:48]
+    check(gbv_case(reqs, 6, seed=8, target=target, draft=draft))
 
 
 @pytest.mark.full

@@ -41,16 +41,17 @@ What runs where (one call):
 Launches per call: 2 Triton kernels, plus 4 torch ops (sort, gather, cumsum, scatter) when
 there are draft rows (point-mass drafts have K <= 1: ``q~ = q``, no ranking).
 
-Scratch, allocated per call (``max(D, 1)`` positions where D = max_depth):
-``P`` [B, D + 1, V] float32; with draft rows ``Qf`` [B, D, V] float32, ``Qw`` [B, D, V]
-int64, ``KEY`` [B, D, V] float64 (reused as ``Fw`` int64 after the sort), the sort's values
-and indices and the gathered cumsum (3 x [B, D, V], 8 bytes: temporaries), ``Q`` [B, D] int64
-and the [B, 4] state: 20 bytes per (request, position, token) kept across the kernels, 44 at
-the sort's peak.  Why materialise: the ranking needs a device sort between the path selection
-and the block recursion, so the rows of Y are transformed once and kept (as the traversal
-kernel keeps its stack's rows) instead of being transformed again per pass.  Rows of
-positions past a request's cut (and of malformed or greedy requests) are sorted but never
-read.
+Scratch, allocated per call (D = max_depth; the draft-side rows have ``max(D, 1)``
+positions): ``P`` [B, D + 1, V] float32; with draft rows ``Qf`` [B, D, V] float32, ``Qw``
+[B, D, V] int64 and ``KEY`` [B, D, V] float64 (reused in place as ``Fw`` int64 after the
+sort), ``Q`` [B, D] int64, the [B, 4] state: 24 bytes per (request, position, token) held
+across the launches (4 with point-mass drafts), plus the sort's temporaries (its values and
+indices, then the gathered prefix sums: 16 bytes at a time, and torch's sort workspace).  For
+example B = 64, D = 4, V = 128256: 0.8 GB held, about 1.3 GB at the sort.  Why materialise:
+the ranking needs a device sort between the path selection and the block recursion, so the
+rows of Y are transformed once and kept (as the traversal kernel keeps its stack's rows)
+instead of transformed again in every pass of kernel 2.  Rows of positions past a request's
+cut (and of malformed or greedy requests) are sorted but never read.
 
 Every float operation is the reference's, in its order, correctly rounded and unfused
 (``enable_fp_fusion=False``).  Kernel 1 never reads back what it stores (kernel 2 reads the
@@ -233,7 +234,7 @@ def _gbv_path_kernel(
     out_node = tl.full([OUT_P2], -1, tl.int32)
     j_out = tl.full([], 0, tl.int32)
     token = tl.full([], -1, tl.int32)
-    mode = tl.full([], 0, tl.int64)
+    mode = tl.full([], MODE_DONE, tl.int64)
     e = tl.full([], 0, tl.int64)
     end_ok = tl.full([], 0, tl.int64)
     K = tl.full([], 0, tl.int64)
@@ -272,7 +273,7 @@ def _gbv_path_kernel(
                     else:
                         walking = False
             else:
-                mode = tl.full([], 1, tl.int64)
+                mode = tl.full([], MODE_BLOCK, tl.int64)
                 best = _select(t_ptr, t_stride, q_ptr, q_stride, base, child, par, toks,
                                depth, first, L, V, req, T_PROBS, Q_MODE, BLOCK_V, N_P2)
                 in_y = child & (first == best)
@@ -326,7 +327,7 @@ def _gbv_path_kernel(
     tl.store(st_ptr + b * 4 + 2, end_ok)
     tl.store(st_ptr + b * 4 + 3, K)
     # sampled requests: Y's tokens and nodes (kernel 2 cuts them at tau and adds the token)
-    is_done = mode == 0
+    is_done = mode == MODE_DONE
     row = tl.where(is_done, tl.where(pos < j_out, out_tok, tl.where(pos == j_out, token, -1)),
                    out_tok)
     tl.store(tok_ptr + b * (D + 1) + pos, row, mask=pos < D + 1)
@@ -392,7 +393,7 @@ def _gbv_block_kernel(
     Q_MODE: tl.constexpr, BLOCK_V: tl.constexpr, OUT_P2: tl.constexpr,
 ):
     b = tl.program_id(0).to(tl.int64)
-    if tl.load(st_ptr + b * 4) == 1:
+    if tl.load(st_ptr + b * 4) == MODE_BLOCK:
         e = tl.load(st_ptr + b * 4 + 1)
         end_ok = tl.load(st_ptr + b * 4 + 2)
         K = tl.load(st_ptr + b * 4 + 3)
