@@ -2,9 +2,12 @@
 method="gbv")`` == ``specops.reference.verify_gbv_ref`` on every output, bit for bit.
 
 (Temporary file: to be folded into the per-op case table.)  Runs on CPU through Triton's
-interpreter; one call is 2 Triton launches (about 1-3 s each under the interpreter).  Fast
-tier: 4 calls (a mixed logits batch in 16-lane tiles, a target-probability batch with ties,
-a point-mass batch, the sync-free check); the full tier adds every kind alone and V ~ 1000.
+interpreter.  One call = 2 Triton launches (+ a torch sort, gather, cumsum and scatter with
+draft rows); interpreter time grows with the requests and tiles (0.5-13 s a call here).
+Fast tier: 4 calls, 8 launches (every kind mixed in one 27-request batch with draft
+probabilities in 16-lane tiles, target probabilities with ties and zeros, point-mass drafts,
+the sync-free check).  Full tier: 15 calls, 30 launches (the mixed batch with draft logits,
+V = 1000, 48-request tie batches, random batches, bfloat16, K = 1 against block).
 """
 from __future__ import annotations
 
