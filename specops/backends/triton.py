@@ -20,7 +20,10 @@ bandwidth model of ``_launch.use_split``, which decides from the shapes.  ``veri
 one program per request (``specops/triton_kernels/verify_tree.py``), also without host
 synchronisation; it allocates two [B, V] int64 scratch rows per call.  The traversal methods
 (section 14) run ``specops/triton_kernels/verify_traversal.py``, one program per request with four
-[B, max_depth + 1, V] scratch rows (float32 / int64) per call.
+[B, max_depth + 1, V] scratch rows (float32 / int64) per call.  GBV (section 15,
+``method="gbv"``, reached only through this backend function for now) runs
+``specops/triton_kernels/verify_gbv.py``: two kernels around a device sort, with
+[B, max_depth (+ 1), V] scratch rows (see its docstring).
 """
 from __future__ import annotations
 
@@ -111,7 +114,10 @@ def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, dr
                 inv_temp, top_k, top_p, min_p, seed, offset, max_depth, method="rsd"):
     _check_device(target)
     B, dev = node_ids.shape[0], target.device
-    walk = _K.verify_traversal if method in TRAVERSAL_METHODS else _K.verify_tree
+    if method == "gbv":         # section 15 (not yet a method of the public call)
+        walk = _K.verify_gbv
+    else:
+        walk = _K.verify_traversal if method in TRAVERSAL_METHODS else _K.verify_tree
     return walk(_rows(target), bool(target_is_probs), _i64(node_ids),
                           _i64(parents), _i64(num_nodes, B, dev), _rows(draft),
                           bool(draft_is_probs), _f32(inv_temp, B, dev), _i64(top_k, B, dev),

@@ -6,7 +6,8 @@ One op per module, each with its ``@triton.jit`` kernel ``_<op>_kernel`` and its
 mode: ``dispatch`` runs it as the fused kernel of ``verify.py``, one program per request, or
 as the vocabulary-split pipeline of ``split*.py``), ``verify_block`` (block verification),
 ``accept_rates`` (beta per position read), ``verify_tree`` (tree verification, reference
-section 11) and ``verify_traversal`` (traversal verification, section 14).  The launchers take the canonical arguments of ``specops.backends`` and run on
+section 11), ``verify_traversal`` (traversal verification, section 14) and ``verify_gbv`` (GBV,
+section 15).  The launchers take the canonical arguments of ``specops.backends`` and run on
 the tensors' device (CUDA, or CPU under ``TRITON_INTERPRET=1``).  Shared device code lives in
 ``_common`` (the row transform, Philox, the draw), ``_walk_common`` (a request's prologue,
 output row and walk positions), ``_split_common``, ``_block_rows`` and ``_tree_rows``; host
@@ -19,7 +20,8 @@ from .verify_block import verify_block
 from .accept_rates import accept_rates
 from .verify_tree import verify_tree
 from .verify_traversal import verify_traversal
+from .verify_gbv import verify_gbv
 
 __all__ = ["sampling_probs", "verify", "verify_block", "accept_rates", "verify_tree",
-           "verify_traversal", "filters_on", "INTERPRETED"]
+           "verify_traversal", "verify_gbv", "filters_on", "INTERPRETED"]
 from .verify_coins import coin_walk
