@@ -18,9 +18,10 @@ from specops.reference import (PHILOX_M0, PHILOX_M1, PHILOX_ROUNDS, PHILOX_W0, P
                                W_SCALE_BITS)
 
 CHAIN_METHODS = ("token", "block")        # verify_block: section 1 / section 9
-TREE_METHODS = ("rsd", "mss", "traversal", "traversal_iid")   # verify_tree: sections 11, 14
+TREE_METHODS = ("rsd", "mss", "traversal", "traversal_iid", "gbv")  # sections 11, 14, 15
 TRAVERSAL_METHODS = ("traversal", "traversal_iid")          # section 14
-IID_METHODS = ("mss", "traversal_iid")    # tree methods whose siblings are drafted i.i.d.
+IID_METHODS = ("mss", "traversal_iid", "gbv")   # tree methods whose siblings are i.i.d.
+ANY_TREE_METHODS = ("rsd", "mss", "traversal", "traversal_iid")   # any shape; gbv: K chains
 M32 = 0xFFFFFFFF
 
 

@@ -35,7 +35,7 @@ def verify_tree(target_logits: Optional[torch.Tensor] = None,
                 draft_probs: Optional[torch.Tensor] = None, *,
                 target_probs: Optional[torch.Tensor] = None,
                 draft_logits: Optional[torch.Tensor] = None,
-                method: Literal["rsd", "mss", "traversal", "traversal_iid"] = "rsd",
+                method: Literal["rsd", "mss", "traversal", "traversal_iid", "gbv"] = "rsd",
                 temperature: PerRequest = 1.0,
                 top_k: PerRequestInt = 0, top_p: PerRequest = 1.0, min_p: PerRequest = 0.0,
                 num_nodes: Optional[PerRequestInt] = None, max_depth: Optional[int] = None,
@@ -58,9 +58,15 @@ def verify_tree(target_logits: Optional[torch.Tensor] = None,
     tried in increasing node index.  "traversal" / "traversal_iid": traversal verification
     (reference section 14: leaf to root, sequence-level acceptance; block verification on a
     chain), siblings drawn without replacement / i.i.d. (K i.i.d. draft paths: a root with K
-    chains).  ``max_depth``: the output width
-    - 1; default the deepest level of the trees, which reads ``parent_ids`` on the host (a synchronisation for CUDA
-    tensors): pass it under ``torch.compile``, CUDA-graph capture or ``validate=False``.
+    chains).  "gbv": greedy multi-path block verification (reference section 15, Thomas &
+    Pal): on K i.i.d. draft paths (a root with K chains of one length, drawn from the draft
+    rows; any other shape is a malformed request), the lexicographically greatest path under
+    each node's order of p / q, verified by block verification with q replaced by the law of
+    the best of K draws.  Exact, but it can accept fewer tokens than block verification on
+    one path when the draft is close to the target: an option, not a default.
+    ``max_depth``: the output width - 1; default the deepest level of the trees, which reads
+    ``parent_ids`` on the host (a synchronisation for CUDA tensors): pass it under
+    ``torch.compile``, CUDA-graph capture or ``validate=False``.
     ``temperature``, ``top_k``, ``top_p``, ``min_p``, ``seed``, ``offset``, ``generator``,
     ``backend`` and ``validate`` as in ``specops.verify_block``.
 

@@ -129,6 +129,9 @@ def prepare_tree(*, target_logits=None, node_token_ids=None, parent_ids=None,
                                  Range(0, N - 1, False, False, f"in [0, N-1={N - 1}]"))
     if reads and B > 0:
         _check_tree(node_token_ids, parent_ids, num, V, max_depth, depth)
+        if method == "gbv":                     # section 15's shape: a root with K chains
+            _ref.check_gbv_trees(node_token_ids.cpu().numpy(), parent_ids.cpu().numpy(),
+                                 num.cpu().numpy(), V, int(max_depth), draft is None)
     params = sampling_params(temperature, top_k, top_p, min_p, B, device, is_probs,
                                    validate)
     seed_t, offset_t = seeds(seed, offset, generator, B, device, params.all_greedy,

@@ -21,7 +21,7 @@ one program per request (``specops/triton_kernels/verify_tree.py``), also withou
 synchronisation; it allocates two [B, V] int64 scratch rows per call.  The traversal methods
 (section 14) run ``specops/triton_kernels/verify_traversal.py``, one program per request with four
 [B, max_depth + 1, V] scratch rows (float32 / int64) per call.  GBV (section 15,
-``method="gbv"``, reached only through this backend function for now) runs
+``method="gbv"``) runs
 ``specops/triton_kernels/verify_gbv.py``: two kernels around a device sort, with
 [B, max_depth (+ 1), V] scratch rows (see its docstring).
 """
@@ -114,7 +114,7 @@ def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, dr
                 inv_temp, top_k, top_p, min_p, seed, offset, max_depth, method="rsd"):
     _check_device(target)
     B, dev = node_ids.shape[0], target.device
-    if method == "gbv":         # section 15 (not yet a method of the public call)
+    if method == "gbv":         # section 15
         walk = _K.verify_gbv
     else:
         walk = _K.verify_traversal if method in TRAVERSAL_METHODS else _K.verify_tree

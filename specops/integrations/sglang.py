@@ -437,7 +437,8 @@ def tree_speculative_sampling(
     ``method="rsd"``: the children were drawn without replacement in next-sibling order;
     ``"mss"``: i.i.d.; ``"traversal"`` / ``"traversal_iid"``: traversal verification (contract
     section 14: leaf to root, sequence-level acceptance) of children drawn without replacement
-    / i.i.d.  (Children not drawn from that row, such as EAGLE's top-k, need the
+    / i.i.d.; ``"gbv"``: greedy multi-path block verification (section 15) when the tree is K
+    i.i.d. chains of one length.  (Children not drawn from that row, such as EAGLE's top-k, need the
     target-only function.)  Returns ``valid`` [bs] bool.
     """
     del deterministic                 # specops is always deterministic
