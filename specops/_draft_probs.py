@@ -45,9 +45,8 @@ def _row_faults(q: torch.Tensor, shard: bool):
     bad_range = ~((q >= 0) & (q <= 1)).all(-1)                   # NaN fails
     if shard:
         return bad_range, torch.zeros_like(bad_range)
-    mass = torch.where(bad_range[:, None], torch.zeros_like(q), q * float(_ONE))
-    mass = mass.to(torch.int64).sum(-1)                           # exact: q * 2**32 is exact
-    return bad_range, (mass - _ONE).abs() > DRAFT_MASS_TOLERANCE
+    mass = (q * float(_ONE)).to(torch.int64).sum(-1)    # exact where the range holds (only
+    return bad_range, ~bad_range & ((mass - _ONE).abs() > DRAFT_MASS_TOLERANCE)   # used there)
 
 
 def check_draft_probs(a, shard: bool = False) -> None:
@@ -69,7 +68,9 @@ def check_draft_probs(a, shard: bool = False) -> None:
 
 def draft_bad_after(a, num_accepted, valid) -> torch.Tensor:
     """[B] int32: reference ``walk.draft_check`` of every request from the walk's outputs
-    (the first draft position whose checked values are not probabilities, -1 if none)."""
+    (the first draft position whose checked values are not probabilities, -1 if none).
+    Reads what the walk read: ``q(y)`` of the accepted positions and at most one row per
+    request (the one its token was drawn from)."""
     q, B = a.draft, a.batch
     bad = torch.full((B,), -1, dtype=torch.int32)
     if q is None or not a.draft_is_probs or B == 0 or a.max_k == 0 or q.shape[0] == 0:
@@ -79,16 +80,18 @@ def draft_bad_after(a, num_accepted, valid) -> torch.Tensor:
     rows = pos.clamp(0, q.shape[0] - 1)
     j = torch.arange(a.max_k)[None, :]
     n = num_accepted.long().cpu()[:, None]
+    sampled = (inv.cpu() != 0)[:, None]
     y = a.draft_ids[rows].clamp(0, q.shape[1] - 1)
     q_y = q[rows, y]
-    value_bad = used & (j < n) & ~((q_y >= 0) & (q_y <= 1))
+    faults = used & (j < n) & sampled & ~((q_y >= 0) & (q_y <= 1))
     kb = used.sum(1, keepdim=True)
-    drawn = used & (j == n) & (n < kb) & valid.cpu()[:, None]
-    row_range, row_mass = _row_faults(q, False)
-    row_bad = drawn & (row_range | row_mass)[rows]
-    faults = (value_bad | row_bad) & (inv.cpu() != 0)[:, None]
-    first = torch.where(faults, j.expand_as(faults), torch.full_like(faults, a.max_k, dtype=torch.int64))
-    first = first.min(1).values
+    drawn = (used & (j == n) & (n < kb) & valid.cpu()[:, None] & sampled).nonzero()
+    if drawn.numel():                           # the rows tokens were drawn from, at most B
+        r = rows[drawn[:, 0], drawn[:, 1]]
+        bad_range, bad_mass = _row_faults(q[r], False)
+        hit = drawn[bad_range | bad_mass]
+        faults[hit[:, 0], hit[:, 1]] = True
+    first = torch.where(faults, j.expand_as(faults), a.max_k).min(1).values
     return torch.where(first < a.max_k, first, -1).to(torch.int32)
 
 
