@@ -1,4 +1,5 @@
-"""Vocabulary-parallel verification benchmark: ``python -m bench.bench_distributed``.
+"""Vocabulary-parallel verification benchmark: ``python -m bench --suite distributed``
+(results/distributed.md).
 
 1. Bytes one rank sends per step with ``specops.distributed.verify_block`` against the
    all-gather of the logits engines do today, at B=32, K=4, V=128256 and 2 / 4 / 8 ranks.
@@ -12,7 +13,6 @@
 """
 from __future__ import annotations
 
-import argparse
 import os
 import statistics
 import tempfile
@@ -35,6 +35,7 @@ SETTINGS = {
     "t0.8 + top_k 50 + top_p 0.95 + min_p 0.05": dict(temperature=0.8, top_k=50, top_p=0.95,
                                                       min_p=0.05),
 }
+QUICK_SETTINGS = ("t0.8",)       # --quick: the timed tables for this setting only
 VARIANTS = {            # (draft side, extra verify_block arguments)
     "draft probs": ("probs", {}),
     "point mass": ("none", {}),
@@ -96,13 +97,14 @@ def exchange_table(emit):
     emit()
 
 
-def _rank_main(rank, out_file, reps):
+def _rank_main(rank, out_file, reps, names):
     torch.set_num_threads(1)
     dist.init_process_group("gloo", init_method=f"file://{out_file}.init", rank=rank,
                             world_size=2)
     lo, hi = (0, V // 2) if rank == 0 else (V // 2, V)
     rows = []
-    for sname, setting in SETTINGS.items():
+    for sname in names:
+        setting = SETTINGS[sname]
         target, draft_logits, q, ids = inputs(setting)
         kw = shard_args(target, draft_logits, q, ids, "probs", lo, hi)
         whole = dict(target_logits=target, draft_token_ids=ids, draft_probs=q,
@@ -156,19 +158,21 @@ def _rank_main(rank, out_file, reps):
     dist.destroy_process_group()
 
 
-def timing_rows(reps):
-    """Rank 0's rows of the 2-process timing: (setting, medians, same tokens, accepted)."""
+def timing_rows(reps, names=None):
+    """Rank 0's rows of the 2-process timing: (setting, medians, same tokens, accepted), for
+    the settings ``names`` (default every one)."""
     import torch.multiprocessing as mp
+    names = list(SETTINGS if names is None else names)
     with tempfile.TemporaryDirectory() as tmp:
         out = os.path.join(tmp, "rows.pt")
-        mp.start_processes(_rank_main, args=(out, reps), nprocs=2, join=True,
+        mp.start_processes(_rank_main, args=(out, reps, names), nprocs=2, join=True,
                            start_method="spawn")
         return torch.load(out, weights_only=False)
 
 
-def timing_table(emit, reps):
+def timing_table(emit, reps, names=None):
     load_before = os.getloadavg()
-    rows = timing_rows(reps)
+    rows = timing_rows(reps, names)
     load_after = os.getloadavg()
     emit("## Time on 2 CPU processes (gloo, one thread each)")
     emit()
@@ -183,7 +187,7 @@ def timing_table(emit, reps):
          "the whole rows; `floor`: each rank summing its own shard (the memory floor of "
          "reading it once); `coll.`: the sharded call's recorded collectives alone (same "
          "kinds and payloads, zeros), its latency hops over gloo; `aim` = sharded / (3 floor "
-         "+ coll.), <= 1 meets issue 32's aim.  Medians of rank 0 over alternating "
+         "+ coll.), the aim being <= 1.  Medians of rank 0 over alternating "
          "repetitions; `same tokens`: "
          "the sharded call equals the single-device call.")
     emit()
@@ -199,7 +203,7 @@ def timing_table(emit, reps):
     emit()
 
 
-def local_table(emit, reps):
+def local_table(emit, reps, names=None):
     """One rank's local work without a peer: a world of one on a shard of V/2 columns (the
     ids folded into it), the C++ shard passes beside the torch ones they replace on the CPU
     (specops.backends.cpu_shard), and the floor of reading that shard once."""
@@ -215,7 +219,8 @@ def local_table(emit, reps):
     emit()
     emit("| setting | C++ ms | torch ms | floor ms | C++ x floor | torch / C++ |")
     emit("|---|---|---|---|---|---|")
-    for sname, setting in SETTINGS.items():
+    for sname in (SETTINGS if names is None else names):
+        setting = SETTINGS[sname]
         target, draft_logits, q, ids = inputs(setting)
         kw = shard_args(target, draft_logits, q, ids % half, "probs", 0, half)
         best = {}
@@ -237,19 +242,16 @@ def local_table(emit, reps):
     emit()
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m bench.bench_distributed", description=__doc__)
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
-                                                  "distributed.md"))
-    args = ap.parse_args(argv)
-    rep = Report("specops vocabulary-parallel verification benchmark",
-                 "python -m bench.bench_distributed", argv)
-    exchange_table(rep.emit)
-    timing_table(rep.emit, args.reps)
-    local_table(rep.emit, args.reps)
-    rep.save(args.out)
-
-
-if __name__ == "__main__":
-    main()
+def run(args, out, argv):
+    """The three tables, written to ``out`` ("" writes no file).  ``args``: ``reps``,
+    ``quick`` (the timed tables for QUICK_SETTINGS only)."""
+    names = QUICK_SETTINGS if args.quick else None
+    rep = Report("specops vocabulary-parallel verification benchmark", "python -m bench", argv)
+    threads = torch.get_num_threads()
+    try:
+        exchange_table(rep.emit)
+        timing_table(rep.emit, args.reps, names)
+        local_table(rep.emit, args.reps, names)
+    finally:
+        torch.set_num_threads(threads)
+    rep.save(out)

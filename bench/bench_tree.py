@@ -1,18 +1,15 @@
-"""Tree verification benchmark: ``python -m bench.bench_tree`` (also a section of
-``python -m bench``).
+"""Tree verification benchmark: ``python -m bench --suite tree`` (results/tree.md; also a
+section of the random suite).
 
 1. Time: ``specops.verify_tree`` at B=32, a 16-node tree, V=128256 (fp32 target logits, fp32
    draft probabilities, temperature 0.8) beside a chain of the same node count
    (``verify_block`` with K=15: 16 target rows) and the memory floor of reading the 16 target
    rows and the draft rows once, measured in the same run.
 2. Acceptance per target call, exact (enumerated with ``reference.exact_tree_law`` /
-   ``exact_output_law``, no sampling noise): the issue's 3-token Markov model, trees against
-   chains with the same number of drafted tokens.
+   ``exact_output_law``, no sampling noise): a 3-token Markov model, trees against chains
+   with the same number of drafted tokens.
 """
 from __future__ import annotations
-
-import argparse
-import os
 
 import numpy as np
 import torch
@@ -26,10 +23,12 @@ from specops import reference as R
 # A 16-node tree shaped like a top-k expansion (EAGLE-style): 4 root children, then 2, 2, 1,
 # 1 below them, 2, 1, 1 below those, one node at depth 4.
 TREE16 = [-1, 0, 0, 0, 0, 1, 1, 2, 2, 3, 4, 5, 5, 7, 9, 11]
+V = 128256
+QUICK_V = 4096           # --quick: the same tables at a small vocabulary (a smoke test)
 MARKOV_T = np.array([[.5, .3, .2], [.2, .6, .2], [.1, .2, .7]], np.float32)
 MARKOV_Q = np.array([[.6, .2, .2], [.3, .4, .3], [.2, .1, .7]], np.float32)
 MARKOV_TREES = {
-    "2 branches x depth 2 (the issue's tree)": [-1, 0, 0, 1, 2],
+    "2 branches x depth 2": [-1, 0, 0, 1, 2],
     "3 children, 1 grandchild each": [-1, 0, 0, 0, 1, 2, 3],
     "binary, depth 2": [-1, 0, 0, 1, 1, 2, 2],
 }
@@ -90,7 +89,7 @@ def traversal_rows(target, q, par, ids, top_p, temperature=0.8):
     return float(np.mean(t_rows)), float(np.mean(d_rows))
 
 
-def time_tree(B=32, V=128256, reps=5, backend="cpu", top_p=1.0):
+def time_tree(B=32, V=V, reps=5, backend="cpu", top_p=1.0):
     N = len(TREE16)
     target, q, par, ids = tree_inputs(B, TREE16, V)
     kw = dict(temperature=0.8, top_p=top_p, seed=torch.arange(B), offset=0, backend=backend)
@@ -148,10 +147,11 @@ def markov_acceptance():
     return rows
 
 
-def section(emit, reps=5, backend="cpu"):
+def section(emit, reps=5, backend="cpu", quick=False):
+    v = QUICK_V if quick else V
     emit("## Tree verification (reference section 11)")
     emit()
-    emit(f"Timing: B=32, the 16-node tree `{TREE16}` (depth 4), V=128256, fp32 target logits, "
+    emit(f"Timing: B=32, the 16-node tree `{TREE16}` (depth 4), V={v}, fp32 target logits, "
          "fp32 draft probs, temperature 0.8, siblings drawn without replacement from "
          "draft = target + noise; the chain has the same 16 target rows (K=15).  `floor` reads "
          "the 16 target rows and 16 draft rows once.")
@@ -166,7 +166,7 @@ def section(emit, reps=5, backend="cpu"):
     emit("| setting | what | ms | x floor | x path | rows read (target + draft) | mean accepted |")
     emit("|---|---|---|---|---|---|---|")
     for label, top_p in (("t0.8", 1.0), ("t0.8 + top_p 0.95", 0.95)):
-        res = time_tree(reps=reps, backend=backend, top_p=top_p)
+        res = time_tree(V=v, reps=reps, backend=backend, top_p=top_p)
         f = res["floor"]
         emit(f"| {label} | floor | {f * 1e3:.2f} | 1.00 | - | 16 + 16 | - |")
         for k in ("tree rsd", "tree mss", "tree traversal", "tree point-mass", "chain K=15"):
@@ -195,19 +195,10 @@ def section(emit, reps=5, backend="cpu"):
     emit()
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m bench.bench_tree", description=__doc__)
-    ap.add_argument("--reps", type=int, default=5)
-    ap.add_argument("--backend", default="cpu")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
-                                                  "tree.md"))
-    args = ap.parse_args(argv)
-    torch.set_num_threads(os.cpu_count() or 1)
-    rep = Report("specops tree verification benchmark", "python -m bench.bench_tree", argv,
+def run(args, out, argv):
+    """The tree suite, written to ``out`` ("" writes no file).  ``args``: ``reps``,
+    ``backend``, ``quick`` (V = QUICK_V)."""
+    rep = Report("specops tree verification benchmark", "python -m bench", argv,
                  f", backend `{args.backend}`, medians of {args.reps} alternating repetitions")
-    section(rep.emit, args.reps, args.backend)
-    rep.save(args.out)
-
-
-if __name__ == "__main__":
-    main()
+    section(rep.emit, args.reps, args.backend, args.quick)
+    rep.save(out)

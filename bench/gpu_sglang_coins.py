@@ -2,11 +2,11 @@
 ``python bench/gpu_sglang_coins.py [--device cuda] [--V 128256] [--cases 8]``.
 
 For random EAGLE-like trees (top-k up to 4, shuffled sibling orders, repeated tokens,
-boundary coins) and every threshold mode, the drop-in's outputs on the device with the int64
-torch ops (``backend="torch"``) and with the compiled Triton kernel (``backend="triton"``) must
-equal, bit for bit, those the numpy reference implies on CPU copies (the C++ kernel is checked
-too when it is built); then one timing of each at B=32, n=16 beside a device copy of the
-target (the memory floor).  Exits 1 on any disagreement.  ``--device cpu`` runs the same
+boundary coins) and every threshold mode, the drop-in's outputs on the device with the
+compiled Triton kernel (``backend="triton"``) must equal, bit for bit, those the numpy
+reference implies on CPU copies (the C++ kernel is checked too on the CPU when it is built);
+then one timing at B=32, n=16 beside a device copy of the target (the memory floor).  Exits 1
+on any disagreement.  ``--device cpu`` runs the same
 check on the CPU (Triton under its interpreter: keep V small), which is how it is tested
 without a GPU.
 """
@@ -21,8 +21,8 @@ import torch
 
 sys.path.insert(0, __file__.rsplit("/bench/", 1)[0])
 
+import specops  # noqa: E402
 from specops.integrations import sglang as S  # noqa: E402
-from specops.integrations.sglang_coins import native_walk  # noqa: E402
 from tests.integrations.test_sglang_coins import THRESHOLDS, expected  # noqa: E402
 from tests.integrations.test_sglang import outputs, random_sgl_tree  # noqa: E402
 
@@ -43,7 +43,8 @@ def case(rng, gen, V, B=4):
 
 
 def check(dev, V, n_cases) -> int:
-    backends = ["torch", "triton"] + (["cpu"] if native_walk() and dev.type == "cpu" else [])
+    backends = ["triton"] + (["cpu"] if "cpu" in specops.available_backends()
+                             and dev.type == "cpu" else [])
     rng, gen, bad = random.Random(1), torch.Generator().manual_seed(1), 0
     for ts, ta in THRESHOLDS:
         for _ in range(n_cases):
@@ -91,7 +92,7 @@ def timing(dev, V):
             torch.cuda.synchronize()
         return (time.perf_counter() - t) / reps * 1e3
     floor = run(lambda: target.clone())
-    for backend in ("torch", "triton"):
+    for backend in ("triton",):
         ms = run(lambda: S.tree_speculative_sampling_target_only(
             *(t.to(dev) for t in outputs(B, n, 6)), *args, validate=False, backend=backend))
         print(f"B={B} n={n} V={V}: {backend} {ms:.3f} ms = {ms / floor:.1f}x the copy floor "

@@ -12,21 +12,21 @@ dispatch are the cost.  Measured in one run on the same inputs, alternating repe
 * the argument layer alone (``specops._args.prepare`` of the scalar-params call);
 * the floor: reading the target logits and draft probabilities once (a torch sum of each).
 
-Run: ``python -m bench.overhead`` (writes bench/results/overhead.md).
+Run: ``python -m bench --suite overhead`` (``--record`` writes bench/results/overhead.md;
+``--reps``: rounds, default 31, of 200 calls each; ``--quick``: 5 rounds of 20).
 """
 from __future__ import annotations
 
-import argparse
 import datetime
 import os
 import platform
 import statistics
-import sys
 import time
 
 import torch
 
 import specops
+from bench import _cli
 from specops import _args
 
 B, K, V, T = 1, 4, 1000, 0.8
@@ -53,7 +53,8 @@ def cases(backend):
         "floor (sum of target + draft probs)": lambda: (target.sum(), q.sum()),
         # the checks and canonical form of the scalar-params call, without the backend
         "argument layer alone (specops._args.prepare), scalar params": lambda: _args.prepare(
-            target, ids, q, temperature=T, seed=0, offset=0),
+            target_logits=target, draft_token_ids=ids, draft_probs=q, temperature=T, seed=0,
+            offset=0),
     }
     if backend != "auto":
         import importlib
@@ -93,23 +94,27 @@ def timeit(fns, reps, inner):
     return {k: (statistics.median(v), min(v)) for k, v in times.items()}
 
 
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m bench.overhead", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--reps", type=int, default=31)
-    ap.add_argument("--inner", type=int, default=200)
-    ap.add_argument("--backend", default="cpu")
-    ap.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "results",
-                                                  "overhead.md"))
-    args = ap.parse_args(argv)
+ROUNDS, INNER = 31, 200
+
+
+def run(args, out, argv):
+    """The per-call table, written to ``out`` ("" writes no file).  ``args``: ``reps``
+    (rounds), ``quick``, ``backend``."""
+    rounds, inner = (args.reps or ROUNDS), INNER
+    if args.quick:
+        rounds, inner = args.reps or 5, 20
+    threads = torch.get_num_threads()
     torch.set_num_threads(1)
-    res = timeit(cases(args.backend), args.reps, args.inner)
+    try:
+        res = timeit(cases(args.backend), rounds, inner)
+    finally:
+        torch.set_num_threads(threads)
     lines = ["# Per-call overhead (B=1, K=4, V=1000, CPU, temperature 0.8, draft probs)", "",
-             f"- command: `python -m bench.overhead {' '.join(argv or sys.argv[1:])}`",
+             f"- command: `{_cli.command('python -m bench', argv)}`",
              f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
              f"- machine: {os.cpu_count()} cores, {platform.platform()}, torch "
              f"{torch.__version__}, 1 thread; backend `{args.backend}`",
-             f"- {args.reps} alternating rounds of {args.inner} calls each; per-call median "
+             f"- {rounds} alternating rounds of {inner} calls each; per-call median "
              "and min over rounds", "",
              "| call | median us | min us |", "|---|---|---|"]
     for k, (med, mn) in res.items():
@@ -121,13 +126,5 @@ def main(argv=None):
                   "specops.verify_block, [B] tensor params"):
             lines.append(f"- transformers / {k}: **{hf[0] / res[k][0]:.2f}x** (median), "
                          f"{hf[1] / res[k][1]:.2f}x (min)")
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(text)
-        print(f"wrote {args.out}")
-
-
-if __name__ == "__main__":
-    main()
+    print("\n".join(lines) + "\n")
+    _cli.write(lines, out)

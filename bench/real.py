@@ -1,4 +1,4 @@
-"""The real-logits suite: ``python -m bench.real`` (also ``python -m bench --suite real``).
+"""The real-logits suite: ``python -m bench --suite real`` (results/cpu_real.md).
 
 The random suite's tables (same columns, same timing, same peers) on blocks a language model
 produced: SmolLM2-135M-Instruct's logits on 32 real prompts and a layer-truncated copy of it
@@ -17,15 +17,12 @@ E[accepted] = sum_k prod_{j<k} alpha_j), and how far the eager peer's transform 
 """
 from __future__ import annotations
 
-import argparse
-import os
-import sys
 import time
 
 import torch
 
 import specops
-from bench import _harness                    # run_config, HEADER, fmt_row, ... (not a copy)
+from bench import _cli, _harness              # run_config, HEADER, fmt_row, ... (not a copy)
 from bench import peers, real_logits
 
 SETTINGS = {
@@ -143,7 +140,7 @@ def section(emit, reps=7, backend="cpu", quick=False):
         main_rows[name] = res
         emit(_harness.fmt_row(name, HEADLINE_B, K, V, res))
     emit()
-    for line in _harness.target_verdicts(main_rows, TARGETS):
+    for line in _harness.against_aims(main_rows, TARGETS):
         emit(line)
     emit()
     if not quick:
@@ -162,41 +159,18 @@ def section(emit, reps=7, backend="cpu", quick=False):
     emit()
 
 
-def run(reps, backend, quick, out, prog, argv):
-    """Header + section, printed and written to ``out`` (no file if ``out`` is empty)."""
+def run(args, out, argv):
+    """Header + section, printed and written to ``out`` (no file if ``out`` is empty).
+    ``args``: ``quick``, ``reps``, ``backend``.  Raises ``real_logits.ModelMissing`` before
+    any output where the model is not installed."""
     lines = []
 
     def emit(s=""):
         print(s, flush=True)
         lines.append(s)
 
-    real_logits.model_path()                   # raises ModelMissing before any output
-    _harness.header(emit, "specops CPU benchmark: real logits (SmolLM2-135M-Instruct)", prog,
-                     argv, backend, reps)
-    section(emit, reps, backend, quick)
-    if out:
-        os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
-        with open(out, "w") as f:
-            f.write("\n".join(lines) + "\n")
-        print(f"wrote {out}")
-
-
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m bench.real", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--quick", action="store_true",
-                    help="the B=32 table only (no batch sizes, no acceptance check), 3 reps")
-    ap.add_argument("--reps", type=int, default=None)
-    ap.add_argument("--backend", default="cpu")
-    ap.add_argument("--out", default=os.path.join(_harness.RESULTS, "cpu_real.md"))
-    args = ap.parse_args(argv)
-    torch.set_num_threads(os.cpu_count() or 1)
-    try:
-        run(args.reps or (3 if args.quick else 7), args.backend, args.quick, args.out,
-            "python -m bench.real", argv)
-    except real_logits.ModelMissing as e:
-        sys.exit(str(e))
-
-
-if __name__ == "__main__":
-    main()
+    real_logits.model_path()
+    _harness.header(emit, "specops CPU benchmark: real logits (SmolLM2-135M-Instruct)",
+                    "python -m bench", argv, args.backend, args.reps)
+    section(emit, args.reps, args.backend, args.quick)
+    _cli.write(lines, out)

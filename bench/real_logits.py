@@ -17,7 +17,7 @@
   (checked: max difference 0.0).
 
 Acceptance at temperature 0.8, alpha = mean over the 256 draft positions of
-sum_v min(p(v), q(v)), measured with ``python -m bench.real_logits --sweep``:
+sum_v min(p(v), q(v)), measured with ``python -m bench.studies.real_logits --sweep``:
 
     L =  8: 0.05   L = 14: 0.09   L = 20: 0.18   L = 24: 0.32   L = 25: 0.37
     L = 26: 0.41   L = 27: 0.46   L = 28: 0.54   L = 29: 0.57
@@ -32,12 +32,11 @@ acceptance rate engines report for draft models (0.4-0.8).  As a speed-up it wou
 The tensors (~113 MB) are cached under ``$SPECOPS_CACHE`` (default
 ``$XDG_CACHE_HOME/specops`` or ``~/.cache/specops``) in ``real_logits/<key>.pt``; the key
 covers everything that changes them.  Nothing is downloaded: without the package this module
-raises ``ModelMissing`` with the install line.  ``python -m bench.real_logits`` builds the
-cache (~2-3 minutes on 2 cores) and prints what it holds.
+raises ``ModelMissing`` with the install line.  ``python -m bench.studies.real_logits`` builds
+the cache (~2-3 minutes on 2 cores) and prints what it holds.
 """
 from __future__ import annotations
 
-import argparse
 import hashlib
 import importlib.util
 import json
@@ -219,43 +218,3 @@ def load_blocks(log=print) -> dict:
     torch.save(out, tmp)
     os.replace(tmp, cache)
     return out
-
-
-def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m bench.real_logits", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sweep", action="store_true",
-                    help="measure alpha for every draft depth L (no cache written)")
-    args = ap.parse_args(argv)
-    torch.set_num_threads(os.cpu_count() or 1)
-    try:
-        path = model_path()
-    except ModelMissing as e:
-        raise SystemExit(str(e))
-    if args.sweep:
-        t0 = time.time()
-        alphas = build(path, layers=tuple(range(1, 30)))[2]     # 30 layers: 1..29 are drafts
-        for L, a in alphas.items():
-            print(f"L = {L:2d}: alpha = {a:.3f}" + ("  <- DRAFT_LAYERS" if L == DRAFT_LAYERS
-                                                   else ""))
-        print(f"({time.time() - t0:.0f} s)")
-        return
-    t0 = time.time()
-    blocks = load_blocks()
-    t, d, meta = blocks["target"], blocks["draft_logits"], blocks["meta"]
-    mb = os.path.getsize(cache_path(path)) / 1e6
-    print(f"ready in {time.time() - t0:.1f} s: {cache_path(path)} ({mb:.0f} MB; the build "
-          f"took {meta['build_s']} s)")
-    print(f"target {tuple(t.shape)} {t.dtype}, draft_logits {tuple(d.shape)} {d.dtype}")
-    print(f"draft = first {meta['draft_layers']} of {meta['layers']} layers: alpha at "
-          f"T={meta['temperature']} = {meta['alpha']:.3f} (recomputed: "
-          f"{alpha(t[:, :K], d):.3f})")
-    far = (t < t.amax(-1, keepdim=True) - 22).float().mean()
-    agree = (t[:, :K].argmax(-1) == d.argmax(-1)).float().mean()
-    print(f"sanity: fraction of the vocabulary > 22 nats below its row's max: {far:.2f}; "
-          f"target argmax == draft argmax at {agree:.2f} of the draft positions")
-    print(f"prompt 0: {PROMPTS[0]!r}\ncontinuation: {meta['example']!r}")
-
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""What bench/bench_engine_cpu.py and tests/integrations/test_vllm_engine.py both need from a
+"""What bench/studies/engine_cpu.py and tests/integrations/test_vllm_engine.py both need from a
 real vLLM engine: the SmolLM2-135M checkpoint it loads, and its speculative-decoding counters.
 
 ``checkpoint``: vLLM 0.32.0 has no GGUF loader, so transformers dequantizes the GGUF shipped

@@ -1,6 +1,6 @@
 """vLLM's flattened spec-decode layout, built the way its model runner builds it (shared by
-bench/vllm_cpu_bias.py and tests/integrations/test_vllm.py).  vLLM is imported on call, so
-that importing this module does not decide how vLLM is set up."""
+bench/studies/vllm_cpu_bias.py, bench/studies/vllm_dropin.py and tests/integrations/).  vLLM
+is imported on call, so that importing this module does not decide how vLLM is set up."""
 from __future__ import annotations
 
 import torch

@@ -5,10 +5,13 @@
 #   SPECOPS_HARNESS_TIME=20 bash bench/harness/callgrind.sh  no valgrind: best of 20 calls
 #   (+ SPECOPS_HARNESS_FLUSH=512: 512 MB written before each call, so the inputs are cold;
 #    + SPECOPS_HARNESS_THREADS=2: requests on two threads of specops' pool)
-# (default settings: every one of bench/real.py).  Builds the torch-free C++ (csrc/, the
-# extension's flags + -g; one thread unless SPECOPS_HARNESS_THREADS says more) with
-# bench/harness/verify_harness.cpp, dumps each setting's inputs with `python -m bench.cpu_profile --dump`, and prints the exclusive
-# instruction counts of the passes (bench/harness/fold.py).  Needs valgrind for the counts.
+# (default settings: every one of the real suite, bench/real.py).  Builds the torch-free C++
+# (csrc/, the extension's flags + -g; one thread unless SPECOPS_HARNESS_THREADS says more) with
+# bench/harness/verify_harness.cpp, dumps each setting's inputs with
+# `python -m bench.studies.cpu_profile --dump`, and prints the exclusive instruction counts of
+# the passes (bench/harness/fold.py).  Needs valgrind for the counts.  PYTHON: the venv's
+# python (default .venv/bin/python); the driver and inputs go to SPECOPS_HARNESS_DIR
+# (default /tmp/specops_harness).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 PY="${PYTHON:-.venv/bin/python}"
@@ -32,7 +35,7 @@ g++ $FLAGS -pthread -DSPECOPS_WITH_SSE2 -DSPECOPS_WITH_AVX2 -DSPECOPS_WITH_AVX51
 settings=("$@")
 [ ${#settings[@]} -gt 0 ] || settings=(greedy t0.8 t0.8+top_p0.95 t0.8+top_k50 t0.8+min_p0.05)
 for s in "${settings[@]}"; do
-  [ -f "$OUT/$s.bin" ] || "$PY" -m bench.cpu_profile --setting "$s" --dump "$OUT/$s.bin" >/dev/null
+  [ -f "$OUT/$s.bin" ] || "$PY" -m bench.studies.cpu_profile --setting "$s" --dump "$OUT/$s.bin" >/dev/null
   if [ -n "${SPECOPS_HARNESS_TIME:-}" ]; then
     "$OUT/verify_harness" "$OUT/$s.bin" "$SPECOPS_HARNESS_TIME" | sed "s/^/$s: /"
     continue

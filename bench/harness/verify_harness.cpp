@@ -1,5 +1,5 @@
 // A torch-free driver of specops::verify for instruction counts (valgrind --tool=callgrind):
-// reads the inputs `python -m bench.cpu_profile --dump FILE` wrote and runs `calls` verify
+// reads the inputs `python -m bench.studies.cpu_profile --dump FILE` wrote and runs `calls` verify
 // calls on them.  Built and run by bench/harness/callgrind.sh.
 //
 // FILE: int64 header {B, K, V, has_draft, calls}, float32 inv_t, int64 top_k, float32 top_p,

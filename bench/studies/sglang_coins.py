@@ -1,20 +1,21 @@
-"""Cost of the SGLang drop-in's caller-coin walk on the CPU: ``python -m bench.sglang_coins``
-(``--record`` writes ``bench/results/sglang_coins.md``).
+"""Cost of the SGLang drop-in's caller-coin walk on the CPU:
+``python -m bench.studies.sglang_coins`` (``--record`` writes ``bench/results/sglang_coins.md``;
+``--reps N``: N alternating rounds of 5 calls each, default 5; ``--quick``: the first shape,
+one round).
 
 Medians over alternating repetitions in one run, as ratios to the memory floor (one read of
-``target_probs``: ``target.sum()``), for the caller-coin mode (section 13: the C++ kernel,
-and the vectorised int64 torch ops every device can run) and the Philox mode (``verify_tree``'s walk on the C++ backend), on EAGLE-like
-shapes (a top-4 tree of n nodes, fp32 probabilities).
+``target_probs``: ``target.sum()``), for the caller-coin mode (section 13: ``specops::coin_walk``
+on the C++ backend) and the Philox mode (``verify_tree``'s walk on the C++ backend), on
+EAGLE-like shapes (a top-4 tree of n nodes, fp32 probabilities).
 """
 from __future__ import annotations
 
-import argparse
-import os
 import statistics
 import time
 
 import torch
 
+from bench import _cli
 from specops.integrations import sglang as S
 
 SHAPES = [(8, 16, 32000), (32, 16, 32000), (8, 64, 32000)]
@@ -54,10 +55,10 @@ def timed(fn, reps=15):
     return out
 
 
-def run() -> str:
-    lines = ["| bs, n, V | floor (ms) | caller coins, C++ / floor | caller coins, torch ops "
-             "/ floor | philox (C++) / floor |", "|---|---|---|---|---|"]
-    for B, n, V in SHAPES:
+def run(rounds: int = 5, shapes=SHAPES) -> str:
+    lines = ["| bs, n, V | floor (ms) | caller coins, C++ / floor | philox (C++) / floor |",
+             "|---|---|---|---|"]
+    for B, n, V in shapes:
         cand, ri, nt, ns, u, uf, target = inputs(B, n, V)
 
         def outs():
@@ -68,42 +69,35 @@ def run() -> str:
             S.tree_speculative_sampling_target_only(*outs(), cand, ri, nt, ns, u, uf, target,
                                                     backend="cpu", validate=False)
 
-        def torch_ops():
-            S.tree_speculative_sampling_target_only(*outs(), cand, ri, nt, ns, u, uf, target,
-                                                    backend="torch", validate=False)
-
         def philox():
             S.tree_speculative_sampling_target_only(*outs(), cand, ri, nt, ns, u, uf, target,
                                                     randomness="philox", backend="cpu",
                                                     validate=False)
-        for f in (coins, torch_ops, philox):
+        for f in (coins, philox):
             f()                                   # warm-up
-        t = {"floor": [], "coins": [], "torch": [], "philox": []}
-        for _ in range(5):                        # alternate
+        t = {"floor": [], "coins": [], "philox": []}
+        for _ in range(rounds):                   # alternate
             t["floor"] += timed(lambda: target.sum(), 5)
             t["coins"] += timed(coins, 5)
-            t["torch"] += timed(torch_ops, 5)
             t["philox"] += timed(philox, 5)
         m = {k: statistics.median(v) for k, v in t.items()}
         lines.append(f"| {B}, {n}, {V} | {m['floor'] * 1e3:.2f} | {m['coins'] / m['floor']:.1f} "
-                     f"| {m['torch'] / m['floor']:.1f} | {m['philox'] / m['floor']:.1f} |")
+                     f"| {m['philox'] / m['floor']:.1f} |")
     return "\n".join(lines)
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m bench.sglang_coins", description=__doc__)
-    ap.add_argument("--record", action="store_true")
-    args = ap.parse_args(argv)
-    body = run()
+    prog = "python -m bench.studies.sglang_coins"
+    args = _cli.parser(prog, __doc__, reps=5, quick="the first shape, one round").parse_args(argv)
+    rounds = args.reps or (1 if args.quick else 5)
+    body = run(rounds, SHAPES[:1] if args.quick else SHAPES)
+    cmd = _cli.command(prog, argv)
     text = ("# SGLang drop-in: caller-coin walk vs Philox walk (CPU)\n\n"
-            f"Command: `OMP_NUM_THREADS={torch.get_num_threads()} python -m bench.sglang_coins "
-            "--record` (medians of 25 alternating runs; ratios to one read of target_probs; "
-            "a top-4 tree, children = the target's argmax, validate=False).\n\n" + body + "\n")
+            f"Command: `OMP_NUM_THREADS={torch.get_num_threads()} {cmd}` (medians of "
+            f"{5 * rounds} alternating runs; ratios to one read of target_probs; a top-4 tree, "
+            "children = the target's argmax, validate=False).\n\n" + body + "\n")
     print(text)
-    if args.record:
-        with open(os.path.join(os.path.dirname(__file__), "results", "sglang_coins.md"),
-                  "w") as f:
-            f.write(text)
+    _cli.write(text.rstrip("\n").split("\n"), _cli.out_path(args, "sglang_coins.md"))
 
 
 if __name__ == "__main__":

@@ -1,10 +1,13 @@
 """Transient memory of ``specops.distributed.verify_block`` (a world of one, the whole
 vocabulary on one rank): the peak resident set size during the call above the resident set
-size before it, beside the inputs' size, at V=128256, B=64, K=8 (issue 27, defect 3).
+size before it, beside the inputs' size, at V=128256, B=64, K=8.
 
-Run: ``python -m bench.dist_memory [--out bench/results/dist_memory.md]`` (Linux: the peak
-is /proc/self/status VmHWM, reset before each call through /proc/self/clear_refs).
-Each configuration runs in a fresh process so that one cannot inherit another's peak.
+Run: ``python -m bench.studies.dist_memory`` (``--record`` writes
+bench/results/dist_memory.md; ``--quick``: the first configuration only).  Linux: the peak is
+/proc/self/status VmHWM, reset before each call through /proc/self/clear_refs.  Each
+configuration runs in a fresh process so that one cannot inherit another's peak, and the
+table is the first call's: the rows' buffer ``specops.backends.cpu_shard`` keeps per thread
+is allocated by it.
 """
 from __future__ import annotations
 
@@ -15,7 +18,10 @@ import subprocess
 import sys
 import time
 
+from bench import _cli
+
 B, K, V = 64, 8, 128256
+PROG = "python -m bench.studies.dist_memory"
 CONFIGS = {
     "block, point-mass drafts, fp32 logits": dict(method="block", draft=None),
     "token, draft probs, top-p 0.95, rates": dict(method="token", draft="probs", top_p=0.95,
@@ -61,32 +67,31 @@ def one(name: str) -> dict:
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--out", help="write a markdown table here")
-    ap.add_argument("--one", help=argparse.SUPPRESS)
+    ap = _cli.parser(PROG, __doc__, quick="the first configuration only")
+    ap.add_argument("--one", help=argparse.SUPPRESS)       # internal: one configuration
     args = ap.parse_args(argv)
     if args.one:
         print(json.dumps(one(args.one)))
         return 0
     rows = []
-    for name in CONFIGS:
-        out = subprocess.run([sys.executable, "-m", "bench.dist_memory", "--one", name],
-                             check=True, capture_output=True, text=True).stdout
+    for name in list(CONFIGS)[:1 if args.quick else None]:
+        out = subprocess.run([sys.executable, "-m", "bench.studies.dist_memory", "--one", name],
+                             check=True, capture_output=True, text=True, cwd=_cli.ROOT,
+                             env=_cli.subprocess_env()).stdout
         r = json.loads(out.strip().splitlines()[-1])
         rows.append((name, r))
         print(f"{name}: inputs {r['inputs_mb']:.0f} MiB, transient {r['transient_mb']:.0f} MiB "
               f"({r['transient_mb'] / r['inputs_mb']:.2f}x), {r['seconds']:.1f} s", flush=True)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(f"# Transient memory of specops.distributed.verify_block\n\n"
-                    f"`python -m bench.dist_memory --out {args.out}`: a world of one, "
-                    f"B={B}, K={K}, V={V}, one thread; peak RSS during the call above the "
-                    f"RSS before it.  Host: {os.cpu_count()} CPUs.\n\n"
-                    "| configuration | inputs (MiB) | transient (MiB) | transient / inputs "
-                    "| time (s) |\n|---|---|---|---|---|\n")
-            for name, r in rows:
-                f.write(f"| {name} | {r['inputs_mb']:.0f} | {r['transient_mb']:.0f} | "
-                        f"{r['transient_mb'] / r['inputs_mb']:.2f} | {r['seconds']:.1f} |\n")
+    lines = ["# Transient memory of specops.distributed.verify_block", "",
+             f"`{_cli.command(PROG, argv)}`: a world of one, B={B}, K={K}, V={V}, one thread; "
+             "peak RSS during the call above the RSS before it (the first call in a fresh "
+             f"process).  Host: {os.cpu_count()} CPUs.", "",
+             "| configuration | inputs (MiB) | transient (MiB) | transient / inputs "
+             "| time (s) |", "|---|---|---|---|---|"]
+    for name, r in rows:
+        lines.append(f"| {name} | {r['inputs_mb']:.0f} | {r['transient_mb']:.0f} | "
+                     f"{r['transient_mb'] / r['inputs_mb']:.2f} | {r['seconds']:.1f} |")
+    _cli.write(lines, _cli.out_path(args, "dist_memory.md"))
     return 0
 
 

