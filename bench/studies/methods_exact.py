@@ -3,12 +3,12 @@
 
 E[accepted drafts per target call] (one target call scores the whole chain or tree, so the
 tokens per call are this + 1) for token-wise (section 1), block (9), rsd and mss (11),
-traversal and traversal_iid (14) on the same vectors and draft budgets, computed by the
-reference's exact enumerations (``exact_output_law``, ``exact_tree_law``,
-``exact_traversal_law``), not sampled.  Every row's output law is checked against the
-target's on the way (``tv``).  GBV (Thomas & Pal's greedy multi-path block verification) is
-not implemented; the multi-path rows use traversal over K i.i.d. chains (``traversal_iid``),
-an exact multi-path verifier.
+traversal and traversal_iid (14) and GBV (15: greedy multi-path block verification, on K
+i.i.d. chains only) on the same vectors and draft budgets, computed by the reference's exact
+enumerations (``exact_output_law``, ``exact_tree_law``, ``exact_traversal_law``,
+``exact_gbv_law``), not sampled.  Every row's output law is checked against the target's on
+the way (``tv``).  V4 is the close-draft regime (the draft equals the target), where GBV's
+selection skews q~ away from q and accepts fewer drafts than block verification on one path.
 """
 from __future__ import annotations
 
@@ -26,6 +26,7 @@ SUN_P = np.array([1 / 3, 2 / 3], np.float32)                           # V1 (Sun
 SUN_Q = np.array([2 / 3, 1 / 3], np.float32)
 CHAIN_METHODS = ("token", "block", "traversal")
 TREE_METHODS = ("rsd", "mss", "traversal", "traversal_iid")
+MULTIPATH = {"2 chains x 2": (2, 2), "4 chains x 1": (4, 1), "3 chains x 2": (3, 2)}
 
 
 def markov(rows):
@@ -68,6 +69,10 @@ def fraction(x: float) -> str:
 
 
 def law_of(method, target, draft, parents, V, point_tokens=None):
+    if method == "gbv":
+        K, L = MULTIPATH[next(k for k, v in SHAPES.items() if v[0] == parents)]
+        res = R.exact_gbv_law(target, draft, K, L, V)
+        return float(res["mean"]), res["tv"]
     if method in ("token", "block"):
         K = len(parents) - 1
         if point_tokens is not None:
@@ -94,9 +99,19 @@ def rows():
         for shape in shapes:
             par = SHAPES[shape][0]
             is_chain = par == chain(len(par) - 1)
-            for m in (CHAIN_METHODS if is_chain else TREE_METHODS):
+            methods = CHAIN_METHODS if is_chain else TREE_METHODS
+            if shape in MULTIPATH:
+                methods = methods + ("gbv",)
+            for m in methods:
                 e, tv = law_of(m, t, d, par, V)
                 out.append((vec, shape, m, e, tv))
+    # the close-draft regime: the draft is the target (V2's rows both ways)
+    same = (markov(TB), markov(TB), 3)
+    for shape, methods in (("chain 2", ("block",)),
+                           ("2 chains x 2", ("traversal_iid", "gbv"))):
+        for m in methods:
+            e, tv = law_of(m, *same[:2], SHAPES[shape][0], 3)
+            out.append(("V4 draft = target (V2)", shape, m, e, tv))
     # point-mass drafts (V3): propose (last + 1) mod 3; every exact method agrees
     for n in (2, 4):
         toks = [0]
@@ -135,9 +150,10 @@ def main(argv=None):
         "on V2's target.\n"
         "- methods: token-wise (section 1) and block (9) on chains; rsd / mss (11) and "
         "traversal / traversal_iid (14) on trees (siblings drafted without replacement / "
-        "i.i.d.); traversal on a chain is block verification, token for token.  GBV is not "
-        "implemented; `traversal_iid` on K i.i.d. chains is the exact multi-path verifier in "
-        "its place.\n\n"
+        "i.i.d.); traversal on a chain is block verification, token for token; gbv (15) on the "
+        "K-chain shapes only (its input is K i.i.d. paths of one length).  V4: the draft is "
+        "the target, where gbv accepts fewer drafts than block on one path (an option, not a "
+        "default).\n\n"
         f"Shapes:\n{shapes}\n\n{render(table)}\n")
     print(text)
     _cli.write(text.rstrip("\n").split("\n"), _cli.out_path(args, "methods.md"))
