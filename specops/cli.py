@@ -183,7 +183,7 @@ def _info(args) -> int:
 
 def add_info_parser(sub) -> None:
     p = sub.add_parser(
-        "info", help="print the build (version, C++ ISA levels, OpenMP, Triton, torch) and "
+        "info", help="print the build (version, C++ ISA levels, threads, Triton, torch) and "
                      "why each backend is or is not available",
         description="The build of this installation and each backend's availability, with "
                     "the reason when it cannot run (the C++ extension missing or failing to "
