@@ -5,6 +5,7 @@ Metadata lives in pyproject.toml; this file only declares packages and the exten
 * ``SPECOPS_BUILD_CPP=0`` skips the extension (pure Python install; ``import specops`` never
   depends on it).
 * ``SPECOPS_BUILD_JOBS`` caps the parallel compile jobs (default: all cores).
+* ``CXX`` picks the C++ compiler (``ci/build_wheel.sh`` sets it to ``ci/zig-c++``).
 * The CMake build folder is ``build/cmake-<python tag>`` in the checkout, kept between builds
   (a build from another cmake / Python / build environment starts it afresh).
 """
@@ -51,7 +52,11 @@ class CMakeBuild(build_ext):
             cfg += ["-G", "Ninja", f"-DCMAKE_MAKE_PROGRAM={ninja}"]
         # A cache made by another cmake / python / build environment (pip's isolated build
         # environments live in temporary directories) is discarded rather than reused.
-        stamp = "\n".join([cmake, ninja or "", sys.executable] + cfg)
+        # So is one made with another CXX (CMake reads it only when it configures a fresh
+        # folder; ci/build_wheel.sh sets it to ci/zig-c++); unset, the stamp is as before.
+        cxx = os.environ.get("CXX", "")
+        stamp = "\n".join([cmake, ninja or "", sys.executable] + cfg
+                          + ([f"CXX={cxx}"] if cxx else []))
         stamp_file = build_dir / "specops_config.stamp"
         if build_dir.exists() and (not stamp_file.exists() or stamp_file.read_text() != stamp):
             shutil.rmtree(build_dir)
