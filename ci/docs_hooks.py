@@ -56,7 +56,7 @@ def contract_markdown(root: str) -> str:
 def _block(text: str) -> str:
     text = text.strip("\n")
     fence = "````" if "```" in text else "```"
-    return f"{fence}text\n{text}\n{fence}\n"
+    return f"{fence}{{.text .spec}}\n{text}\n{fence}\n"     # .spec: wrapped (extra.css)
 
 
 def on_page_markdown(markdown, page, config, files):
