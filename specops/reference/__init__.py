@@ -14,7 +14,7 @@ Where the code lives (every name is re-exported here, ``specops.reference.X``):
 ``walk`` (``verify_rows_ref``: the token, forced and block walks, sections 1, 7, 9),
 ``law`` (the exact laws by enumeration), ``tree`` and ``tree_law`` (section 11), ``coins``
 (section 13), ``traversal`` and ``traversal_law`` (section 14), ``gbv`` and ``gbv_law``
-(section 15; the reference only, not yet a method of the public call).
+(section 15).
 
 1. The job
 ----------
@@ -585,8 +585,9 @@ divisions above being correctly rounded and unfused, as in sections 9 and 11.
 GBV (Thomas & Pal, arXiv 2602.16961) selects one of K i.i.d. draft paths deterministically (the
 lexicographic maximum under a per-node ranking by ``p / q``) and runs section 9 on it with q
 replaced by ``q~``, the law of the next token of the maximum of K i.i.d. paths: Y follows that
-maximum, whose conditionals are the ``q~``, so the output law is the target's.  Reference only
-(``verify_gbv_ref``: ``verify_traversal_ref``'s arguments and outputs).  *Shape* (*Reading*): the
+maximum, whose conditionals are the ``q~``, so the output law is the target's.  The oracle
+(``verify_gbv_ref``: ``verify_traversal_ref``'s arguments and outputs) of
+``verify_tree(method="gbv")``.  *Shape* (*Reading*): the
 present tree of section 11 must be a root with K >= 0 children (chain k: the k-th in node order),
 every other present node with at most one child, every leaf at one depth L (K = 0: the bonus draw
 from ``p_0``).  Any other shape (a branch below the root, chains of different present lengths),
