@@ -176,6 +176,18 @@ def test_missing_backend_error_says_how_to_get_it(monkeypatch):
         specops.verify_block(**base(), backend="cpu")
 
 
+def test_triton_not_installed_says_so(monkeypatch):
+    """Without Triton at all the error (and the audit's status line) blamed TRITON_INTERPRET."""
+    import importlib.util
+    from specops.backends import registry
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec",
+                        lambda name, *a: None if name == "triton" else real(name, *a))
+    with pytest.raises(specops.BackendUnavailable, match="unavailable: `pip install triton`"):
+        specops.verify_block(**base(), backend="triton")
+    assert registry.why_unavailable("triton").startswith("Triton is not installed")
+
+
 # ----------------------------------------------------------------------------- NaN policy
 @pytest.mark.parametrize("backend", BACKENDS)
 def test_invalid_rows_give_minus_one_and_leave_neighbours_alone(backend):

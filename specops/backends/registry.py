@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import warnings
 from typing import Optional
@@ -13,8 +14,8 @@ BACKENDS = ("reference", "cpu", "triton")
 _HOW_TO_GET = {
     "cpu": "the C++ extension specops._C is not built; reinstall specops with a C++17 "
            "compiler and without SPECOPS_BUILD_CPP=0 (for example `pip install .`)",
-    "triton": "Triton is not importable; `pip install triton` (CUDA GPUs), or set "
-              "TRITON_INTERPRET=1 before importing triton to run the kernels on CPU",
+    "triton": "`pip install triton` (CUDA GPUs; on a machine without a GPU, also set "
+              "TRITON_INTERPRET=1 before importing triton to run the kernels on CPU)",
 }
 _cache: dict = {}
 _warned = []                # the fallback warning, once per process
@@ -41,6 +42,8 @@ def load(name: str):
 def why_unavailable(name: str, device: str = "cpu") -> Optional[str]:
     """None if backend ``name`` runs on ``device`` ("cpu" or "cuda") here, else why not
     (a missing or unloadable extension, a bad ``SPECOPS_CPU_ISA``, no interpreter...)."""
+    if name == "triton" and importlib.util.find_spec("triton") is None:
+        return f"Triton is not installed: {_HOW_TO_GET['triton']}"
     if name == "triton" and device == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         return "Triton on CPU tensors needs TRITON_INTERPRET=1 set before triton is imported"
     if name in ("cpu", "reference") and device != "cpu":
@@ -90,6 +93,8 @@ def _resolve(backend: str, dev: str) -> str:
         raise ValueError(f"backend='cpu' needs CPU tensors; target is on {dev}")
     if backend == "reference" and dev != "cpu":
         raise ValueError(f"backend='reference' needs CPU tensors; target is on {dev}")
+    if backend == "triton" and importlib.util.find_spec("triton") is None:
+        raise BackendUnavailable(f"specops backend 'triton' is unavailable: {_HOW_TO_GET['triton']}")
     if backend == "triton" and dev == "cpu" and os.environ.get("TRITON_INTERPRET") != "1":
         raise BackendUnavailable("backend='triton' on CPU tensors needs TRITON_INTERPRET=1 "
                                  "set before triton is imported (the Triton interpreter)")
