@@ -44,7 +44,11 @@ struct Level {
   int64_t y = -1;          // the token of the child being visited
 };
 
-// Per-thread rows of every level, grown on demand and never shrunk.
+// Per-thread rows of every level, grown on demand; after each request the rows of the levels
+// past kKeptLevels are freed (a deep tree needs depth x V x ~24 bytes while it is walked,
+// which a thread of the pool would otherwise keep).
+constexpr size_t kKeptLevels = 8;
+
 struct TravWork {
   std::vector<std::vector<float>> p, q;
   std::vector<std::vector<int64_t>> R, Qw;
@@ -56,6 +60,21 @@ struct TravWork {
 TravWork& trav_work() {
   static thread_local TravWork w;
   return w;
+}
+
+template <class T>
+void keep_levels(std::vector<std::vector<T>>& rows) {
+  if (rows.size() > kKeptLevels) {
+    rows.resize(kKeptLevels);
+    rows.shrink_to_fit();
+  }
+}
+
+void trim(TravWork& w) {
+  keep_levels(w.p);
+  keep_levels(w.q);
+  keep_levels(w.R);
+  keep_levels(w.Qw);
 }
 
 template <class T>
@@ -241,8 +260,11 @@ class TraversalWalk : TreeRequest {
 }  // namespace
 
 void verify_traversal(const TreeArgs& a) {
-  parallel_for(a.B, a.threads,
-               [&](int64_t b) { TraversalWalk(a, b, work(), trav_work()).run(); });
+  parallel_for(a.B, a.threads, [&](int64_t b) {
+    TravWork& tw = trav_work();
+    TraversalWalk(a, b, work(), tw).run();
+    trim(tw);
+  });
 }
 
 }  // namespace specops
