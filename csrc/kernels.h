@@ -130,14 +130,6 @@ void verify_traversal(const TreeArgs& a);
 void sampling_probs(const Mat& logits, const TransformParams& params, float* out_probs,
                     uint8_t* out_valid, int threads = 1);
 
-// The draft_probs check's summary of a float32 matrix [rows, cols] (specops/_args.py): over
-// every row, the smallest entry lo and largest hi (NaN when any entry is NaN) and the smallest
-// and largest row sum.  Rows run on at most `threads` threads.
-struct ProbsSummary {
-  double lo = 0.0, hi = 0.0, sum_lo = 0.0, sum_hi = 0.0;
-};
-ProbsSummary probs_summary(const Mat& m, int threads = 1);
-
 void pexp_array(const float* in, float* out, int64_t n);
 
 // The transform's exp pass over x (in place) at the active ISA level: e = x >= thr ?

@@ -62,13 +62,6 @@ struct PRow {
   bool sparse = true;
 };
 
-// One probability row's summary for the draft_probs check (specops/_args.py): its smallest
-// and largest entry (both NaN when any entry is NaN) and its sum.
-struct RowStats {
-  float mn = 0.0f, mx = 0.0f;
-  double sum = 0.0;
-};
-
 struct Passes {
   const char* name;
   // x = src * inv_t (stored to dst unless dst is null), with its flags and max
@@ -115,9 +108,6 @@ struct Passes {
   // q = 0) and, with min_out (and q), min_mass, in one read of p and q that stores nothing
   uint64_t (*pq_masses)(const PRow& p, const float* q, double rho, int64_t V,
                         uint64_t* block_sums, bool block, uint64_t* min_out);
-  // min, max and sum of a row (RowStats); the sum: float32 lanes per kLaneBlock vectors,
-  // then float64 (a check within a tolerance, not part of any token's arithmetic)
-  RowStats (*row_stats)(const float* p, int64_t V);
   // W = trunc(x * 2^60) for x in [0, 1] (stored when W is given), summed per kDrawBlock into
   // block_sums when given; returns the total (tree verification's R and Qw)
   uint64_t (*int_weights)(const float* x, int64_t V, int64_t* W, uint64_t* block_sums);
@@ -133,7 +123,7 @@ struct Passes {
 constexpr bool complete(const Passes& p) {
   return p.name && p.scale_max && p.exp_pass && p.masked_mass && p.materialize && p.first_eq &&
          p.gather_ge && p.gather_key && p.band_pass && p.weights && p.row_weights &&
-         p.block_mass && p.min_mass && p.pq_masses && p.row_stats &&
+         p.block_mass && p.min_mass && p.pq_masses &&
          p.int_weights && p.tree_update;
 }
 

@@ -2,7 +2,7 @@
 
 Each function has exactly the signature of ``specops.backends.reference`` and returns the
 same values bit for bit.  Each native call takes its fields by keyword (see
-csrc/bindings.cpp; a missing or unknown name is a ValueError there).  Per-request parameters
+csrc/bindings/fields.h; a missing or unknown name is a ValueError there).  Per-request parameters
 (inv_temp, top_k, top_p, min_p, seed, offset) may be Python numbers shared by every request:
 the native code stores them in the call's own Scalars, so a scalar costs no tensor at all.
 Tensors are passed as small tuples of integers: a matrix view ``(address, dtype code, rows,
@@ -28,6 +28,7 @@ from __future__ import annotations
 import torch
 
 from specops import _C, _cache
+from specops.backends import native
 from specops._contract import IID_METHODS, TRAVERSAL_METHODS
 from specops._sgl_tree import malformed_sgl_requests
 from specops.reference.coins import ACC_CAP, check_thresholds
@@ -43,9 +44,8 @@ try:  # the variable is read once, when _C loads; checked here once, not per cal
 except ValueError as exc:
     raise CpuIsaError(f"specops cpu backend: {exc}") from None
 
-if getattr(_C, "BINDING_VERSION", None) != 2:
-    raise ImportError("specops._C was built from other sources than specops/backends/cpu.py "
-                      "(BINDING_VERSION differs): rebuild it with `pip install -e .`")
+if native.stale(_C):
+    raise ImportError(native.stale(_C))
 
 _MAT_DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 _F32, _I32, _I64 = 0, 3, 4
@@ -261,9 +261,13 @@ def coin_walk(target, candidates, next_token, next_sibling, coins, final_coins, 
     nodes = torch.empty(B, max(D, 1), dtype=torch.int32)
     valid = torch.empty(B, dtype=torch.uint8)
     acc = 1.0 if th.exact or th.acc >= 1.0 else max(th.acc, ACC_CAP)
-    _C.coin_walk(*(t.data_ptr() for t in keep), B, N, V, D, not th.exact, th.single, acc,
-                 tokens.data_ptr(), nacc.data_ptr(), nodes.data_ptr(), valid.data_ptr(),
-                 torch.get_num_threads())
+    _C.coin_walk(B=B, N=N, V=V, max_depth=D, target=keep[0].data_ptr(),
+                 candidates=keep[1].data_ptr(), next_token=keep[2].data_ptr(),
+                 next_sibling=keep[3].data_ptr(), coins=keep[4].data_ptr(),
+                 final_coins=keep[5].data_ptr(), relaxed=not th.exact, single=float(th.single),
+                 acc_scale=float(acc), out_tokens=tokens.data_ptr(),
+                 out_num_accepted=nacc.data_ptr(), out_nodes=nodes.data_ptr(),
+                 out_valid=valid.data_ptr(), threads=torch.get_num_threads())
     bad = malformed_sgl_requests(next_token, next_sibling, candidates, D, V)
     tokens[bad] = -1
     nacc[bad] = 0
