@@ -101,6 +101,9 @@ void verify_tree(const TreeArgs& a);
 
 // Caller-supplied uniforms: sgl-kernel's tree walk (reference section 13) on its
 // first-child / next-sibling layout.  All arrays contiguous; request b's node n at b * N + n.
+// Any links and candidates are read safely: a malformed request (a link outside [-1, N), a
+// node that is the target of two links, a link to the root, a present node's candidate
+// outside [0, V)) emits tokens -1, num_accepted 0, nodes -1, valid false.
 struct CoinArgs {
   const float* target = nullptr;        // [B, N, V] float32 probabilities
   const int64_t* candidates = nullptr;  // [B, N]

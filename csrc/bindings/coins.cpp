@@ -7,8 +7,9 @@ namespace binding {
 namespace {
 
 constexpr char kCoinWalk[] = "coin_walk";
-constexpr char kCoinWalkDoc[] = R"(The caller-coin tree walk (reference section 13).  fields, by
-name: B, N, V, max_depth (N, V >= 1, 0 <= max_depth < N); addresses of contiguous tensors: target [B, N, V]
+constexpr char kCoinWalkDoc[] = R"(The caller-coin tree walk (reference section 13); a malformed
+request (specops._sgl_tree.malformed_sgl_requests) emits nothing.  fields, by name: B, N, V,
+max_depth (N, V >= 1, 0 <= max_depth < N); addresses of contiguous tensors: target [B, N, V]
 float32, candidates, next_token, next_sibling [B, N] int64, coins [B, N] and final_coins [B]
 float32; relaxed (bool: thresholds other than (1, 1)), single (threshold_single), acc_scale (1, or
 max(threshold_acc, ACC_CAP)); outputs (addresses): out_tokens [B, max_depth + 1] int32,

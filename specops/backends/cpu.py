@@ -30,7 +30,6 @@ import torch
 from specops import _C, _cache
 from specops.backends import native
 from specops._contract import IID_METHODS, TRAVERSAL_METHODS
-from specops._sgl_tree import malformed_sgl_requests
 from specops.reference.coins import ACC_CAP, check_thresholds
 from specops.backends.registry import BackendUnavailable
 
@@ -250,7 +249,9 @@ def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, dr
 
 def coin_walk(target, candidates, next_token, next_sibling, coins, final_coins, max_depth,
               threshold_single, threshold_acc):
-    """The caller-coin walk (section 13) by ``csrc/verify/coins.cpp`` on CPU tensors."""
+    """The caller-coin walk (section 13) by ``csrc/verify/coins.cpp`` on CPU tensors; the
+    kernel finds the malformed requests (``specops._sgl_tree.malformed_sgl_requests``)
+    itself and emits nothing for them."""
     B, N, V = target.shape
     D = int(max_depth)
     th = check_thresholds(threshold_single, threshold_acc)
@@ -268,8 +269,4 @@ def coin_walk(target, candidates, next_token, next_sibling, coins, final_coins, 
                  acc_scale=float(acc), out_tokens=tokens.data_ptr(),
                  out_num_accepted=nacc.data_ptr(), out_nodes=nodes.data_ptr(),
                  out_valid=valid.data_ptr(), threads=torch.get_num_threads())
-    bad = malformed_sgl_requests(next_token, next_sibling, candidates, D, V)
-    tokens[bad] = -1
-    nacc[bad] = 0
-    nodes[bad] = -1
-    return tokens, nacc, nodes[:, :D], valid.bool() & ~bad
+    return tokens, nacc, nodes[:, :D], valid.bool()
