@@ -66,6 +66,10 @@ struct VerifyArgs {
   int32_t* out_num_accepted = nullptr;  // [B]
   uint8_t* out_valid = nullptr;         // [B]
   float* out_rates = nullptr;           // [B, max_k] or nullptr (reference section 10)
+  // [B] or nullptr: the default draft_probs check (reference walk.draft_check): -1, or the
+  // first draft position whose values the walk read are not probabilities (q_j(y_j) of an
+  // accepted position; the whole row a residual token was drawn from)
+  int32_t* out_draft_bad = nullptr;
   int threads = 1;                      // requests run on at most this many threads
 };
 

@@ -52,7 +52,7 @@ def test_bad_fields_are_value_errors():
                 num_draft=col, inv_temp=fcol, top_k=col, top_p=fcol, min_p=fcol, seed=col,
                 offset=col, forced_num_accepted=None, B=1, max_k=1, block=False,
                 out_tokens=out.data_ptr(), out_num_accepted=out.data_ptr() + 8,
-                out_valid=out.data_ptr() + 12, out_rates=0, threads=1)
+                out_valid=out.data_ptr() + 12, out_rates=0, out_draft_bad=0, threads=1)
     _C.verify(**good)
     for key, bad, says in (
             ("target", (t.data_ptr(), 7, 2, 5, 5), "target: bad dtype code"),

@@ -18,7 +18,7 @@ namespace {
 // The call convention of the entries (fields by name, as fields.h reads them) and their
 // fields; specops/backends/native.py (cpu.py, cpu_shard.py) refuses a module built with
 // another (an editable install whose C++ was not rebuilt).
-constexpr int kBindingVersion = 3;
+constexpr int kBindingVersion = 4;
 
 py::dict constants() {
   py::dict d;
@@ -39,6 +39,7 @@ py::dict constants() {
   SPECOPS_CONSTANT(E_SCALE_BITS);
   SPECOPS_CONSTANT(W_SCALE_BITS);
   SPECOPS_CONSTANT(P_CHECK_BITS);
+  SPECOPS_CONSTANT(DRAFT_MASS_TOLERANCE);
   SPECOPS_CONSTANT(MAX_VOCAB);
 #undef SPECOPS_CONSTANT
   d["FLT_MIN"] = specops::FLT_MIN_F32;

@@ -46,7 +46,8 @@ draft_row_start, num_draft, inv_temp, top_k, top_p, min_p, seed, offset (column 
 six may be a Python float / int shared by every request), forced_num_accepted (column view or
 None); B, max_k; block (bool: block verification, section 9); outputs (addresses): out_tokens
 [B, max_k + 1] int32, out_num_accepted [B] int32, out_valid [B] bool, out_rates [B, max_k]
-float32 (section 10) or 0; threads: requests run on at most this many threads.)";
+float32 (section 10) or 0, out_draft_bad [B] int32 (the default draft_probs check,
+reference walk.draft_check) or 0; threads: requests run on at most this many threads.)";
 VerifyArgs parse_verify(Fields& f, Scalars& sc) {
   VerifyArgs a;
   read_batch(f, a);
@@ -70,6 +71,7 @@ VerifyArgs parse_verify(Fields& f, Scalars& sc) {
   a.out_num_accepted = address<int32_t>(SPECOPS_FIELD(f, out_num_accepted), B);
   a.out_valid = address<uint8_t>(SPECOPS_FIELD(f, out_valid), B);
   a.out_rates = address<float>(SPECOPS_FIELD(f, out_rates), B * a.max_k, true);
+  a.out_draft_bad = address<int32_t>(SPECOPS_FIELD(f, out_draft_bad), B, true);
   return with_threads(f, a);
 }
 

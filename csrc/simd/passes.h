@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "core/float_bits.h"
+
 namespace specops {
 
 // Extra floats every buffer written by a compressing pass must have beyond its count
@@ -62,6 +64,20 @@ struct PRow {
   bool sparse = true;
 };
 
+// The default draft_probs check of one row (reference checks.draft_row_ok), accumulated by
+// a pass that reads the row anyway (the residual draw's weights, block verification's mass):
+// every entry in [0, 1] (NaN fails) and the exact integer mass sum trunc(q * 2^32) of the
+// entries, so that every ISA level and memory layout decides alike.  A pass given one reads
+// every vector of q (also where p is masked and the pass would skip q) and adds to it.
+struct RowCheck {
+  bool in_range = true;
+  uint64_t mass = 0;  // over the entries in [0, 1]
+  bool ok() const {
+    const uint64_t one = uint64_t(1) << P_CHECK_BITS;
+    return in_range && (mass > one ? mass - one : one - mass) <= uint64_t(DRAFT_MASS_TOLERANCE);
+  }
+};
+
 struct Passes {
   const char* name;
   // x = src * inv_t (stored to dst unless dst is null), with its flags and max
@@ -91,12 +107,14 @@ struct Passes {
                        uint64_t* mass);
   // r = residual (q given) or p; weights trunc(r * 2^60) summed per kDrawBlock into
   // block_sums; *bad when some r is outside [0, 1]; returns the total.  With beta (and q):
-  // also min_mass's sum from the same read (the rates of a rejected position)
+  // also min_mass's sum from the same read (the rates of a rejected position); with chk (and
+  // q): q's draft_probs check (RowCheck) from the same read
   uint64_t (*weights)(const float* p, const float* q, float* r, int64_t V,
-                      uint64_t* block_sums, bool* bad, uint64_t* beta);
+                      uint64_t* block_sums, bool* bad, uint64_t* beta, RowCheck* chk);
   // weights of the p a transformed row (e, cut, sd, sparse: RowP) holds, without storing p
   uint64_t (*row_weights)(const float* e, float cut, double sd, bool sparse, const float* q,
-                          float* r, int64_t V, uint64_t* block_sums, bool* bad, uint64_t* beta);
+                          float* r, int64_t V, uint64_t* block_sums, bool* bad, uint64_t* beta,
+                          RowCheck* chk);
   // block verification (reference section 9): sum of trunc(d * 2^60), d = rho * p - max(q, 0)
   // where rho * p > q else 0, in float64 (q null: 0); per kDrawBlock into block_sums if given
   uint64_t (*block_mass)(const float* p, const float* q, double rho, int64_t V,
@@ -105,9 +123,10 @@ struct Passes {
   // r: scratch of V floats
   uint64_t (*min_mass)(const float* p, const float* q, float* r, int64_t V);
   // block_mass (block: the returned total, per kDrawBlock into block_sums if given; q null:
-  // q = 0) and, with min_out (and q), min_mass, in one read of p and q that stores nothing
+  // q = 0) and, with min_out (and q), min_mass, in one read of p and q that stores nothing;
+  // with chk (block, and q), q's draft_probs check (RowCheck) from the same read
   uint64_t (*pq_masses)(const PRow& p, const float* q, double rho, int64_t V,
-                        uint64_t* block_sums, bool block, uint64_t* min_out);
+                        uint64_t* block_sums, bool block, uint64_t* min_out, RowCheck* chk);
   // W = trunc(x * 2^60) for x in [0, 1] (stored when W is given), summed per kDrawBlock into
   // block_sums when given; returns the total (tree verification's R and Qw)
   uint64_t (*int_weights)(const float* x, int64_t V, int64_t* W, uint64_t* block_sums);

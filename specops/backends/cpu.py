@@ -128,10 +128,12 @@ def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start
            draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k,
            method="token", want_rates=False, check_draft=False, forced_num_accepted=None,
            native=None):
-    """``native`` (bench: the kernel timed alone) is called instead of ``_C.verify`` with the
+    """-> (token_ids, num_accepted, valid), then accept_rates with ``want_rates``, then
+    draft_bad [B] int32 with ``check_draft`` (the default draft_probs check, made by the
+    native walk in the passes that read the values: reference ``walk.draft_check``).
+    ``native`` (bench: the kernel timed alone) is called instead of ``_C.verify`` with the
     same keyword fields; then (its result, the tensors the fields point into, the outputs a
-    call writes) is returned.  ``check_draft``: not yet reported by the native walk (the
-    op computes it from the outputs)."""
+    call writes) is returned."""
     keep: list = []  # converted copies, alive until the call returns
     target_is_probs, draft_is_probs = bool(target_is_probs), bool(draft_is_probs)
     tgt = _matrix(target, target_is_probs, keep)
@@ -151,6 +153,7 @@ def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start
     nacc = torch.empty(B, dtype=torch.int32)
     valid = torch.empty(B, dtype=torch.bool)
     rates = torch.empty(B, max_k, dtype=torch.float32) if want_rates else None
+    bad = torch.empty(B, dtype=torch.int32) if check_draft else None
     # Fields by keyword, in the order the binding reads them (any order works; this one makes
     # each lookup a single compare).  A per-request parameter that is already a Python float /
     # int goes in as it is (the engine's common call, spared a function call per parameter).
@@ -173,8 +176,10 @@ def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start
         block=method == "block",
         out_tokens=tok.data_ptr(), out_num_accepted=nacc.data_ptr(),
         out_valid=valid.data_ptr(), out_rates=0 if rates is None else rates.data_ptr(),
-        threads=torch.get_num_threads())
+        out_draft_bad=0 if bad is None else bad.data_ptr(), threads=torch.get_num_threads())
     outs = (tok, nacc, valid) if rates is None else (tok, nacc, valid, rates)
+    if bad is not None:
+        outs += (bad,)
     if native is not None:
         return r, keep + [target, draft], outs
     del keep

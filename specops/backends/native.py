@@ -8,7 +8,7 @@ from typing import Optional, Tuple
 # The call convention of specops._C's entries (csrc/bindings/module.cpp kBindingVersion: every
 # entry takes named fields, csrc/bindings/fields.h) that specops/backends/cpu.py and
 # cpu_shard.py are written for.
-BINDING_VERSION = 3
+BINDING_VERSION = 4
 
 
 def stale(_C) -> Optional[str]:
