@@ -21,7 +21,7 @@ import sys
 import torch
 
 import specops
-from bench import random_suite, real, real_logits
+from bench import compare, random_suite, real, real_logits
 from bench._harness import RESULTS
 
 
@@ -45,7 +45,11 @@ def main(argv=None):
     ap.add_argument("--real-out", default=None, help="the real suite's report under --suite all")
     ap.add_argument("--plot", default=None, help="PNG of time vs V and vs B (matplotlib)")
     ap.add_argument("--backend", default="cpu", help="the backend timed (default cpu)")
+    compare.add_arguments(ap)
     args = ap.parse_args(argv)
+    if args.compare is not None:        # this checkout against a git ref (bench/compare.py)
+        compare.main(args, argv)
+        return
     if args.quick and "--suite" not in " ".join(argv if argv is not None else sys.argv[1:]):
         args.suite = "random"
     if "cpu" not in specops.available_backends() and args.backend == "cpu":
