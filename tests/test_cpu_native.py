@@ -373,7 +373,9 @@ def _spoil_draft(rng, draft, ids, V):
     """Draft probability rows, some made not probabilities where the walk reads them: NaN,
     +-inf, a negative or > 1 entry at the draft's own token (the accept test's value: a
     negative q(y) is always accepted) or elsewhere (the residual row), masses just inside and
-    just outside the 1e-2 tolerance (the exact integer edge), and a doubled row."""
+    just outside the 1e-2 tolerance (the exact integer edge: the walk's rescan), clearly
+    inside or outside it (decided from the pass's own sums), a doubled row, and a -0.0 entry
+    (a probability: it has the sign bit that sends the row to the rescan)."""
     q = draft.clone()
     for t in range(q.shape[0]):
         y = int(ids[t]) if 0 <= int(ids[t]) < V else 0
@@ -394,8 +396,12 @@ def _spoil_draft(rng, draft, ids, V):
         elif r < 0.50:                   # within a few parts in 1e6 of the tolerance edge
             edge = 1 + float(rng.choice([0.01, -0.01])) * (1 + float(rng.normal()) * 3e-6)
             q[t] = (q[t].double() * edge).float()
-        elif r < 0.53:
+        elif r < 0.56:                   # clearly inside or outside it
+            q[t] = q[t] * float(rng.choice([0.995, 1.005, 0.98, 1.02]))
+        elif r < 0.58:
             q[t] = q[t] * 2
+        elif r < 0.60:
+            q[t, x] = -0.0
     return q
 
 

@@ -64,18 +64,15 @@ struct PRow {
   bool sparse = true;
 };
 
-// The default draft_probs check of one row (reference checks.draft_row_ok), accumulated by
+// The default draft_probs check of one row (reference checks.draft_row_ok: every entry in
+// [0, 1], NaN failing, and |sum trunc(q * 2^32) - 2^32| <= DRAFT_MASS_TOLERANCE), gathered by
 // a pass that reads the row anyway (the residual draw's weights, block verification's mass):
-// every entry in [0, 1] (NaN fails) and the exact integer mass sum trunc(q * 2^32) of the
-// entries, so that every ISA level and memory layout decides alike.  A pass given one reads
-// every vector of q (also where p is masked and the pass would skip q) and adds to it.
+// two operations a vector (a float32 lane sum, the unsigned max of the entries' bits), decided
+// exactly by verify/draft_check.h (which rescans the row only where these cannot decide it).
+// A pass given one reads every vector of q (also where p is masked and the pass would skip q).
 struct RowCheck {
-  bool in_range = true;
-  uint64_t mass = 0;  // over the entries in [0, 1]
-  bool ok() const {
-    const uint64_t one = uint64_t(1) << P_CHECK_BITS;
-    return in_range && (mass > one ? mass - one : one - mass) <= uint64_t(DRAFT_MASS_TOLERANCE);
-  }
+  double sum = 0.0;       // the float32 lane sums of q (<= kDrawBlock terms each), in float64
+  uint32_t max_bits = 0;  // the largest entry's bits, unsigned: <= 0x3f800000 iff all in [+0, 1]
 };
 
 struct Passes {

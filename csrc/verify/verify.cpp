@@ -15,7 +15,8 @@
 // plain-mode request with draft probabilities, made of what the walk reads anyway: q_j(y_j) of
 // every accepted position (the accept test's value, or the block scan's), and the row of a
 // residual draw at num_accepted < kb, checked by the draw's own pass over it (RowCheck: the
-// residual weights, or block verification's mass at tau).  A greedy request never reads q.
+// residual weights, or block verification's mass at tau; decided by verify/draft_check.h).
+// A greedy request never reads q.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -27,6 +28,7 @@
 #include "draw/draw.h"
 #include "transform/transform.h"
 #include "verify/block_rows.h"
+#include "verify/draft_check.h"
 #include "verify/request.h"
 
 namespace specops {
@@ -239,7 +241,7 @@ class Walk {
     if (got) *got = beta != nullptr;
     RowCheck chk;
     const int64_t token = draw_p(pos, q, -1, U, beta, check_ ? &chk : nullptr);
-    row_bad_ = check_ && !chk.ok();
+    row_bad_ = check_ && !draft_row_ok(chk, q, r_.V);
     return token;
   }
 
@@ -345,7 +347,7 @@ class Walk {
       t.S = block_mass(p_row(pos), q, pos.y, p_at(pos, pos.y), rho[tau], V, bs, nullptr,
                        check_ ? &t.chk : nullptr);
     }
-    row_bad_ = check_ && !t.chk.ok();  // (the mass pass of tau read its whole draft row)
+    row_bad_ = check_ && !draft_row_ok(t.chk, q, V);  // (tau's mass pass read its draft row)
     if (t.S == 0) return finish(tau, draw_p(pos, nullptr, -1, U));  // no residual mass: p
     finish(tau, block_find(bs, t.S, U, V, [&](int64_t i) { return p_at(pos, i); }, q, pos.y,
                            rho[tau]));
