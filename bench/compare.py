@@ -84,13 +84,14 @@ def child(argv):
     ap = argparse.ArgumentParser()
     ap.add_argument("--root", required=True)
     ap.add_argument("--reps", type=int, required=True)
+    ap.add_argument("--threads", type=int, required=True)
     args = ap.parse_args(argv)
     import torch
     import specops
     here = os.path.realpath(os.path.dirname(specops.__file__))
     if os.path.commonpath([here, os.path.realpath(args.root)]) != os.path.realpath(args.root):
         sys.exit(f"specops imported from {here}, not from {args.root}")
-    torch.set_num_threads(os.cpu_count() or 1)
+    torch.set_num_threads(args.threads)
     fns, inner = {}, {}
     cache = {}
     for name, (shape, setting, extra) in ROWS.items():
@@ -154,11 +155,12 @@ def build_ref(ref: str, where: str) -> str:
     return wt
 
 
-def _run_child(root: str, reps: int) -> dict:
+def _run_child(root: str, reps: int, threads: int) -> dict:
     env = dict(os.environ, PYTHONPATH=root)
     with tempfile.TemporaryDirectory() as cwd:        # nothing importable from the cwd
         r = subprocess.run([sys.executable, os.path.abspath(__file__), "--child", "--root",
-                            root, "--reps", str(reps)], env=env, cwd=cwd,
+                            root, "--reps", str(reps), "--threads", str(threads)], env=env,
+                           cwd=cwd,
                            capture_output=True, text=True)
     if r.returncode != 0:
         raise RuntimeError(f"the timing child of {root} failed:\n{r.stderr[-3000:]}")
@@ -184,7 +186,7 @@ def _ratio(values):
     return f"{statistics.median(vs):.2f}x [{min(vs):.2f}-{max(vs):.2f}]"
 
 
-def report(ref, ref_sha, new_sha, dirty, rounds, reps, runs, argv, load) -> str:
+def report(ref, ref_sha, new_sha, dirty, rounds, reps, threads, runs, argv, load) -> str:
     """The markdown of one compare (runs: {"ref": [round dicts], "new": [...]})."""
     import torch
     lines = [f"# specops {new_sha[:12]}{' + uncommitted changes' if dirty else ''} against "
@@ -192,7 +194,7 @@ def report(ref, ref_sha, new_sha, dirty, rounds, reps, runs, argv, load) -> str:
              f"- command: `python -m bench {' '.join(argv)}`",
              f"- date: {datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M UTC}",
              f"- machine: {os.cpu_count()} cores, {platform.platform()}, torch "
-             f"{torch.__version__}, {os.cpu_count()} threads, backend cpu; load average "
+             f"{torch.__version__}, {threads} threads, backend cpu; load average "
              f"(1 min) {load[0]:.1f} at the start, {load[1]:.1f} at the end",
              f"- each build in its own processes, alternating, {rounds} rounds; a value is "
              f"the median over the rounds of each round's median of {reps} calls "
@@ -224,7 +226,8 @@ def report(ref, ref_sha, new_sha, dirty, rounds, reps, runs, argv, load) -> str:
     return "\n".join(lines) + "\n"
 
 
-def run(ref: str, rounds: int, reps: int, out, keep_dir, argv) -> str:
+def run(ref: str, rounds: int, reps: int, out, keep_dir, argv, threads=None) -> str:
+    threads = threads or os.cpu_count() or 1
     ref_sha = _git("rev-parse", "--verify", f"{ref}^{{commit}}")
     new_sha = _git("rev-parse", "HEAD")
     dirty = bool(_git("status", "--porcelain", "--untracked-files=no"))
@@ -239,7 +242,7 @@ def run(ref: str, rounds: int, reps: int, out, keep_dir, argv) -> str:
         for k in range(rounds):
             order = ("ref", "new") if k % 2 == 0 else ("new", "ref")
             for build in order:
-                runs[build].append(_run_child(wt if build == "ref" else ROOT, reps))
+                runs[build].append(_run_child(wt if build == "ref" else ROOT, reps, threads))
             print(f"round {k + 1}/{rounds} done", flush=True)
         load.append(os.getloadavg()[0])
     finally:
@@ -247,7 +250,7 @@ def run(ref: str, rounds: int, reps: int, out, keep_dir, argv) -> str:
             subprocess.run(["git", "worktree", "remove", "--force", wt], cwd=ROOT,
                            capture_output=True)
             shutil.rmtree(where, ignore_errors=True)
-    text = report(ref, ref_sha, new_sha, dirty, rounds, reps, runs, argv, load)
+    text = report(ref, ref_sha, new_sha, dirty, rounds, reps, threads, runs, argv, load)
     print(text)
     if out:
         os.makedirs(os.path.dirname(os.path.abspath(out)), exist_ok=True)
@@ -266,6 +269,9 @@ def add_arguments(ap) -> None:
                          "results/compare_<REF>.md); --reps: calls per round (default 7)")
     ap.add_argument("--rounds", type=int, default=3,
                     help="--compare: rounds of the two builds alternating (default 3)")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="--compare: torch.set_num_threads in the timed processes (default: "
+                         "every core)")
     ap.add_argument("--compare-dir", default=None,
                     help="--compare: keep REF's built worktree in this folder (reused by the "
                          "next run) instead of a temporary one")
@@ -279,7 +285,7 @@ def main(args, argv) -> str:
         RESULTS if args.record else (os.environ.get("SPECOPS_BENCH_DIR")
                                      or os.path.expanduser("~/.cache/specops/bench")), name)
     return run(args.compare, args.rounds, args.reps or 7, out, args.compare_dir,
-               list(argv if argv is not None else sys.argv[1:]))
+               list(argv if argv is not None else sys.argv[1:]), args.threads)
 
 
 if __name__ == "__main__":
