@@ -125,8 +125,10 @@ struct FromE {
 // is evaluated here unless the cut masks it anyway, `evaluate`, see materialize_t); else loaded.  False when every lane is +0 or masked:
 // the caller skips the vector (a NaN lane is kept, for the caller's checks).
 template <class S, bool FROM_E>
-inline bool p_lanes(const float* p_at, const FromE& fe, typename S::F vcut, bool evaluate,
-                    typename S::F& pv) {
+// (always inlined: GCC left it out of line in some instantiations, a call per vector)
+__attribute__((always_inline)) inline bool p_lanes(const float* p_at, const FromE& fe,
+                                                   typename S::F vcut, bool evaluate,
+                                                   typename S::F& pv) {
   using F = typename S::F;
   const F zero = S::splat(0.0f);
   if (!FROM_E) {
