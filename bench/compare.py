@@ -9,8 +9,8 @@ checkout through PYTHONPATH.  The children call only the public ``specops.verify
 fixed seed: B=32, K=4, V=128256, float32 target logits and draft probabilities (the draft is
 the target plus N(0, 0.5^2) noise, its tokens sampled from its own probabilities, a greedy
 drafter's argmax for greedy), and the per-call row at B=1, K=4, V=1000.  Every row is timed
-with the default checks and with ``validate=False``, both in the same process, calls
-alternating.
+with the default checks and with ``validate=False``, both in the same process, the rows in
+turn and a row's two calls adjacent, each first in every other repetition.
 
 Printed (and written to ``--out``, or with ``--record`` to bench/results/compare_<REF>.md):
 each row's median over the rounds of the per-round medians, its range, and the ratio new / ref;
@@ -113,8 +113,14 @@ def child(argv):
     for k, fn in fns.items():                          # warm-up
         for _ in range(inner[k]):
             fn()
-    for _ in range(args.reps):                         # round-robin over the rows
-        for k, fn in fns.items():
+    # Round-robin over the rows, a row's two calls adjacent, in turns first: the first call
+    # of a row follows another row's (its inputs colder in the caches), the second its twin.
+    keys = list(fns)
+    for rep in range(args.reps):
+        order = [k for name in ROWS for k in sorted(
+            (k for k in keys if k[0] == name), key=lambda k: k[1], reverse=rep % 2 == 1)]
+        for k in order:
+            fn = fns[k]
             t0 = time.perf_counter()
             for _ in range(inner[k]):
                 fn()
@@ -266,7 +272,7 @@ def add_arguments(ap) -> None:
                     help="time this checkout against specops at the git ref REF (built in a "
                          "temporary worktree), the two alternating in separate processes, and "
                          "print each row's ratio (bench/compare.py; --record: "
-                         "results/compare_<REF>.md); --reps: calls per round (default 7)")
+                         "results/compare_<REF>.md); --reps: calls per round (default 8: even, each call first in half)")
     ap.add_argument("--rounds", type=int, default=3,
                     help="--compare: rounds of the two builds alternating (default 3)")
     ap.add_argument("--threads", type=int, default=None,
@@ -284,7 +290,7 @@ def main(args, argv) -> str:
     out = args.out if args.out is not None else os.path.join(
         RESULTS if args.record else (os.environ.get("SPECOPS_BENCH_DIR")
                                      or os.path.expanduser("~/.cache/specops/bench")), name)
-    return run(args.compare, args.rounds, args.reps or 7, out, args.compare_dir,
+    return run(args.compare, args.rounds, args.reps or 8, out, args.compare_dir,
                list(argv if argv is not None else sys.argv[1:]), args.threads)
 
 
