@@ -272,7 +272,8 @@ def add_arguments(ap) -> None:
                     help="time this checkout against specops at the git ref REF (built in a "
                          "temporary worktree), the two alternating in separate processes, and "
                          "print each row's ratio (bench/compare.py; --record: "
-                         "results/compare_<REF>.md); --reps: calls per round (default 8: even, each call first in half)")
+                         "results/compare_<REF>.md); --reps: calls per round (default 8: "
+                         "each call of a row first in half of them)")
     ap.add_argument("--rounds", type=int, default=3,
                     help="--compare: rounds of the two builds alternating (default 3)")
     ap.add_argument("--threads", type=int, default=None,
