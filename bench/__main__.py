@@ -77,6 +77,8 @@ def parser() -> argparse.ArgumentParser:
                     "matplotlib)")
     ap.add_argument("--backend", default="cpu", help="the backend timed (default cpu; random, "
                     "real, tree and overhead)")
+    from bench import compare
+    compare.add_arguments(ap)            # --compare REF (bench/compare.py)
     return ap
 
 
@@ -113,8 +115,11 @@ def run(args, argv) -> dict:
     return written
 
 
-def main(argv=None) -> dict:
+def main(argv=None):
     args = parser().parse_args(argv)
+    if args.compare is not None:         # this checkout against a git ref (bench/compare.py)
+        from bench import compare
+        return compare.main(args, argv)
     return run(args, argv)
 
 

@@ -3,7 +3,8 @@
 Engines call the verifier every decoding step, so at small shapes the argument handling and
 dispatch are the cost.  Measured in one run on the same inputs, alternating repetitions:
 
-* ``specops.verify_block`` with Python scalars (temperature, seed, offset): the engine call;
+* ``specops.verify_block`` with Python scalars (temperature, seed, offset): the engine call
+  (and the same with ``validate=False``: what the default call's checks cost);
 * the same with [B] tensors for temperature / seed / offset;
 * transformers' eager ``_speculative_sampling`` (batch 1, its only shape) on the same target
   and draft, given logits already divided by the temperature (the division is not timed);
@@ -48,6 +49,8 @@ def cases(backend):
     fns = {
         "specops.verify_block, scalar params": lambda: specops.verify_block(
             target, ids, q, temperature=T, seed=0, offset=0, backend=backend),
+        "specops.verify_block, scalar params, validate=False": lambda: specops.verify_block(
+            target, ids, q, temperature=T, seed=0, offset=0, validate=False, backend=backend),
         "specops.verify_block, [B] tensor params": lambda: specops.verify_block(
             target, ids, q, temperature=temp_t, seed=seed_t, offset=off_t, backend=backend),
         "floor (sum of target + draft probs)": lambda: (target.sum(), q.sum()),

@@ -66,6 +66,10 @@ struct VerifyArgs {
   int32_t* out_num_accepted = nullptr;  // [B]
   uint8_t* out_valid = nullptr;         // [B]
   float* out_rates = nullptr;           // [B, max_k] or nullptr (reference section 10)
+  // [B] or nullptr: the default draft_probs check (reference walk.draft_check): -1, or the
+  // first draft position whose values the walk read are not probabilities (q_j(y_j) of an
+  // accepted position; the whole row a residual token was drawn from)
+  int32_t* out_draft_bad = nullptr;
   int threads = 1;                      // requests run on at most this many threads
 };
 
@@ -101,6 +105,9 @@ void verify_tree(const TreeArgs& a);
 
 // Caller-supplied uniforms: sgl-kernel's tree walk (reference section 13) on its
 // first-child / next-sibling layout.  All arrays contiguous; request b's node n at b * N + n.
+// Any links and candidates are read safely: a malformed request (a link outside [-1, N), a
+// node that is the target of two links, a link to the root, a present node's candidate
+// outside [0, V)) emits tokens -1, num_accepted 0, nodes -1, valid false.
 struct CoinArgs {
   const float* target = nullptr;        // [B, N, V] float32 probabilities
   const int64_t* candidates = nullptr;  // [B, N]
@@ -132,14 +139,6 @@ void verify_gbv(const TreeArgs& a);
 // threads.
 void sampling_probs(const Mat& logits, const TransformParams& params, float* out_probs,
                     uint8_t* out_valid, int threads = 1);
-
-// The draft_probs check's summary of a float32 matrix [rows, cols] (specops/_args.py): over
-// every row, the smallest entry lo and largest hi (NaN when any entry is NaN) and the smallest
-// and largest row sum.  Rows run on at most `threads` threads.
-struct ProbsSummary {
-  double lo = 0.0, hi = 0.0, sum_lo = 0.0, sum_hi = 0.0;
-};
-ProbsSummary probs_summary(const Mat& m, int threads = 1);
 
 void pexp_array(const float* in, float* out, int64_t n);
 

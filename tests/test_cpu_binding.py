@@ -52,7 +52,7 @@ def test_bad_fields_are_value_errors():
                 num_draft=col, inv_temp=fcol, top_k=col, top_p=fcol, min_p=fcol, seed=col,
                 offset=col, forced_num_accepted=None, B=1, max_k=1, block=False,
                 out_tokens=out.data_ptr(), out_num_accepted=out.data_ptr() + 8,
-                out_valid=out.data_ptr() + 12, out_rates=0, threads=1)
+                out_valid=out.data_ptr() + 12, out_rates=0, out_draft_bad=0, threads=1)
     _C.verify(**good)
     for key, bad, says in (
             ("target", (t.data_ptr(), 7, 2, 5, 5), "target: bad dtype code"),
@@ -87,6 +87,63 @@ def test_bad_fields_are_value_errors():
                        mss=False, out_tokens=out.data_ptr(), out_num_accepted=out.data_ptr(),
                        out_nodes=out.data_ptr(), out_valid=out.data_ptr(), threads=1,
                        method="rsd")
+
+
+KERNEL_ENTRIES = ("verify", "verify_tree", "verify_traversal", "sampling_probs", "coin_walk",
+                  "shard_stats", "shard_masses", "shard_hist", "shard_materialize",
+                  "shard_row_sums", "shard_draw_search", "shard_stream")
+
+
+@pytest.mark.parametrize("name", KERNEL_ENTRIES)
+def test_every_kernel_entry_takes_named_fields_only(name):
+    """One convention for every kernel entry (csrc/bindings/fields.h): a positional argument,
+    a missing field or an unknown one is a ValueError naming the entry and the field, raised
+    before any kernel runs (a binding with pybind11 arguments or positional addresses would
+    accept the positional call or raise a TypeError)."""
+    fn = getattr(_C, name)
+    with pytest.raises(ValueError, match=rf"{name}: takes its fields by name only"):
+        fn(0)
+    with pytest.raises(ValueError, match=rf"{name}: missing field '"):
+        fn(bogus=0)
+
+
+def test_coin_walk_fields_are_checked():
+    """The coin walk's sizes and addresses by name: N, V >= 1 and max_depth < N, a null
+    address for a non-empty batch, an unknown field: ValueErrors naming them."""
+    B, N, V = 1, 3, 4
+    t = torch.full((B, N, V), 0.25)
+    i64 = torch.full((B, N), -1, dtype=torch.int64)
+    f32 = torch.zeros(B, N)
+    out = torch.zeros(16, dtype=torch.int32)
+    good = dict(B=B, N=N, V=V, max_depth=2, target=t.data_ptr(), candidates=i64.data_ptr(),
+                next_token=i64.data_ptr(), next_sibling=i64.data_ptr(), coins=f32.data_ptr(),
+                final_coins=f32.data_ptr(), relaxed=False, single=1.0, acc_scale=1.0,
+                out_tokens=out.data_ptr(), out_num_accepted=out.data_ptr() + 16,
+                out_nodes=out.data_ptr() + 24, out_valid=out.data_ptr() + 40, threads=1)
+    _C.coin_walk(**good)
+    assert out[:3].tolist() == [0, -1, -1] and out[4] == 0   # the root's draw: token 0
+    for key, bad, says in (("max_depth", 3, "max_depth < N"), ("V", 0, "V >= 1"),
+                           ("target", 0, "target: null address"),
+                           ("relaxed", 1, "relaxed must be a bool"),
+                           ("single", "1", "single must be a float")):
+        with pytest.raises(ValueError, match=re.escape(says)):
+            _C.coin_walk(**{**good, key: bad})
+    with pytest.raises(ValueError, match="coin_walk: unknown field 'threshold'"):
+        _C.coin_walk(**good, threshold=1.0)
+
+
+def test_one_binding_version_and_no_probs_summary():
+    """One BINDING_VERSION for the module, the one cpu.py and cpu_shard.py are written for
+    (specops.backends.native); a module of another version is refused with the rebuild hint;
+    probs_summary (no Python caller since the walk checks draft_probs) is gone."""
+    from types import SimpleNamespace
+
+    from specops.backends import native
+    assert _C.BINDING_VERSION == native.BINDING_VERSION
+    assert native.stale(_C) is None
+    for old in (SimpleNamespace(BINDING_VERSION=2), SimpleNamespace()):
+        assert "rebuild it with `pip install -e .`" in native.stale(old)
+    assert not hasattr(_C, "probs_summary")
 
 
 # ----------------------------------------------------------------------------- threads

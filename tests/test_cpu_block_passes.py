@@ -1,6 +1,5 @@
 """The C++ block walk's one-read passes (csrc/simd/draw_passes.cpp pq_masses, csrc/verify/verify.cpp
-run_block) and the draft_probs check's C++ summary (csrc/verify/probs_check.cpp), at every
-ISA level this CPU runs.
+run_block) at every ISA level this CPU runs.
 
 The block walk keeps only two row slots, the per-block sums of the row tau stops at, and checks
 the end row without transforming it until the draw lands there; these tests make every stop

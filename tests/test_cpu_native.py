@@ -368,6 +368,152 @@ def test_negative_draft_probs_bitwise(isa):
         count("forced_requests", B)
 
 
+# ----------------------------------------------------------------------------- draft_probs check
+def _spoil_draft(rng, draft, ids, V):
+    """Draft probability rows, some made not probabilities where the walk reads them: NaN,
+    +-inf, a negative or > 1 entry at the draft's own token (the accept test's value: a
+    negative q(y) is always accepted) or elsewhere (the residual row), masses just inside and
+    just outside the 1e-2 tolerance (the exact integer edge: the walk's rescan), clearly
+    inside or outside it (decided from the pass's own sums), a doubled row, and a -0.0 entry
+    (a probability: it has the sign bit that sends the row to the rescan)."""
+    q = draft.clone()
+    for t in range(q.shape[0]):
+        y = int(ids[t]) if 0 <= int(ids[t]) < V else 0
+        x = int(rng.integers(V))
+        r = rng.random()
+        if r < 0.06:
+            q[t, x] = float("nan")
+        elif r < 0.09:
+            q[t, x] = float("inf") if rng.random() < 0.5 else -float("inf")
+        elif r < 0.20:
+            q[t, y] = -float(rng.choice([0.5, 1e-3, 1e-30]))
+        elif r < 0.25:
+            q[t, y] = float(rng.choice([1.5, 1.0 + 2 ** -23]))
+        elif r < 0.31:
+            q[t, x] = -float(rng.choice([0.25, 1e-7]))
+        elif r < 0.35:
+            q[t, x] = 1.25
+        elif r < 0.50:                   # within a few parts in 1e6 of the tolerance edge
+            edge = 1 + float(rng.choice([0.01, -0.01])) * (1 + float(rng.normal()) * 3e-6)
+            q[t] = (q[t].double() * edge).float()
+        elif r < 0.56:                   # clearly inside or outside it
+            q[t] = q[t] * float(rng.choice([0.995, 1.005, 0.98, 1.02]))
+        elif r < 0.58:
+            q[t] = q[t] * 2
+        elif r < 0.60:
+            q[t, x] = -0.0
+    return q
+
+
+def _draft_bad_cases(rng, V, B, K, target_kind, dtype, layout):
+    """A random batch (_random_batch, sampled rows only or mixed with greedy ones) whose
+    draft probabilities are spoiled (_spoil_draft)."""
+    args = list(_random_batch(rng, B, K, V, dtype, "probs", target_kind,
+                              str(rng.choice(["none", "mixed"])), layout))
+    if target_kind == "probs":           # target probabilities take no transform (section 8)
+        args[8] = torch.where(args[8] == 0, 0.0, 1.0)
+        args[9], args[10], args[11] = (torch.zeros_like(args[9]), torch.ones_like(args[10]),
+                                       torch.zeros_like(args[11]))
+    if args[6].shape[0]:
+        args[6] = _spoil_draft(rng, args[6], args[3], V)
+    return args
+
+
+def _check_draft_bad(args, method, want_rates, seen, key=None):
+    """cpu == reference for every output with check_draft (bitwise, NaN rates included),
+    and the walk's outputs unchanged by the check (``key``: the reference memoised across
+    ISA levels)."""
+    got = cpu.verify(*args, method=method, want_rates=want_rates, check_draft=True)
+    key = None if key is None else ("draft_bad", key, method, want_rates)
+    want = _REF_OUT.get(key) if key is not None else None
+    if want is None:
+        want = ref.verify(*args, method=method, want_rates=want_rates, check_draft=True)
+        if key is not None:
+            _REF_OUT[key] = want
+    plain = cpu.verify(*args, method=method, want_rates=want_rates)
+    names = ("token_ids", "num_accepted", "valid") + (("rates",) if want_rates else ()) + (
+        "draft_bad",)
+    assert len(got) == len(want) == len(names)
+    for x, y, name in zip(got, want, names):
+        assert x.dtype == y.dtype, name
+        bits = (lambda t: t.view(torch.int32)) if x.dtype == torch.float32 else (lambda t: t)
+        if not torch.equal(bits(x), bits(y)):
+            bad = (bits(x) != bits(y)).reshape(x.shape[0], -1).any(1).nonzero().flatten()
+            raise AssertionError(f"{name} differs ({method}, rates={want_rates}) for requests "
+                                 f"{bad[:8].tolist()}: cpu={x[bad[:4]]} ref={y[bad[:4]]}")
+    for x, y in zip(plain, got):
+        assert torch.equal(x.view(torch.int32) if x.dtype == torch.float32 else x,
+                           y.view(torch.int32) if y.dtype == torch.float32 else y)
+    bad, nacc = got[-1], got[1]
+    seen["value"] += int(((bad >= 0) & (bad < nacc)).sum())
+    seen["row"] += int(((bad >= 0) & (bad == nacc)).sum())
+    seen["clean"] += int((bad < 0).sum())
+    count("draft_bad_requests", int(bad.numel()))
+
+
+DRAFT_BAD_CASES = [
+    # (V, B, K, target_kind, dtype, layout)
+    (7, 24, 4, "logits", torch.float32, "padded"),
+    (7, 24, 4, "probs", torch.float32, "packed"),
+    (50, 24, 5, "logits", torch.bfloat16, "packed"),
+    (50, 24, 5, "probs", torch.float32, "padded"),
+    (1000, 16, 4, "logits", torch.float32, "padded"),
+    (3001, 16, 3, "logits", torch.float16, "packed"),
+    (3001, 16, 3, "probs", torch.float32, "padded"),
+]
+
+
+@pytest.mark.parametrize("case", DRAFT_BAD_CASES, ids=lambda c: "-".join(
+    str(x).split(".")[-1] for x in c))
+def test_draft_bad_equals_reference(case, isa):
+    """The default draft_probs check inside the C++ walk (``draft_bad``, reference
+    ``walk.draft_check``): the same first bad position as the reference for every request,
+    token-wise and block, with and without the rates (each a different pass over the drawn
+    row), at this ISA level; the walk's own outputs are the unchecked call's.  Spoiled rows:
+    NaN, inf, negative and > 1 entries at the draft's token and elsewhere, masses at the
+    tolerance edge; sparse (top-k / top-p / min-p) and greedy requests mixed in."""
+    V, B, K, target_kind, dtype, layout = case
+    rng = np.random.default_rng(seed_of("draft_bad", *map(str, case)))
+    seen = {"value": 0, "row": 0, "clean": 0}
+    for rep in range(4 if V <= 1000 else 3):
+        args = _draft_bad_cases(rng, V, B, K, target_kind, dtype, layout)
+        for method in ("token", "block"):
+            for want_rates in (False, True):
+                _check_draft_bad(args, method, want_rates, seen, (str(case), rep))
+    assert min(seen.values()) > 0, seen       # every kind of answer occurs
+
+
+def test_draft_bad_layouts_and_edges(isa):
+    """The check reads the row where it is: a draft matrix with a row stride (read in
+    place), one with a column stride (copied), and rows at the tolerance's two edges within
+    a few units of 2**32 * 1e-2 (V = 20000: block verification's chunked scan too), decided
+    by the exact integer mass on every layout; the forced mode reports -1.  Also the
+    compiled tolerance is the reference's."""
+    from specops.reference.constants import DRAFT_MASS_TOLERANCE
+    assert _C.constants()["DRAFT_MASS_TOLERANCE"] == DRAFT_MASS_TOLERANCE
+    rng = np.random.default_rng(41)
+    seen = {"value": 0, "row": 0, "clean": 0}
+    for V, B, K in ((200, 12, 3), (20000, 4, 2)):
+        args = list(_random_batch(rng, B, K, V, torch.float32, "probs", "logits", "none",
+                                  "padded", specials=False))
+        q = args[6]
+        for t in range(q.shape[0]):      # masses within ~1e-7 of each edge
+            edge = 1 + (0.01 if t % 2 else -0.01) * (1 + float(rng.normal()) * 1e-6)
+            q[t] = (q[t].double() * edge).float()
+        wide = torch.full((q.shape[0], 2 * V + 3), float("nan"))
+        wide[:, 3:3 + V] = q
+        strided = torch.full((q.shape[0], 2 * V), float("nan"))
+        strided[:, ::2] = q
+        for draft in (q, wide[:, 3:3 + V], strided[:, ::2]):
+            args[6] = draft
+            for method in ("token", "block"):
+                _check_draft_bad(tuple(args), method, False, seen)
+        forced = torch.from_numpy(rng.integers(0, K + 1, size=B))
+        out = cpu.verify(*args, check_draft=True, forced_num_accepted=forced)
+        assert out[-1].tolist() == [-1] * B
+    assert seen["row"] > 0 and seen["clean"] > 0, seen
+
+
 _ISA_SCRIPT = r"""
 import torch, specops
 from specops import _C

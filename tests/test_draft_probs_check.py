@@ -146,3 +146,25 @@ def test_the_tolerance_edge_decides_alike_everywhere(isa):
                     with pytest.raises(ValueError, match="sums to"):
                         specops.verify_block(**kw, validate=validate)
     assert np.asarray(want).dtype == bool
+
+
+def test_cpu_walk_reports_draft_bad_itself(monkeypatch):
+    """On the cpu backend the default call's check comes from the C++ walk (``draft_bad``
+    of ``specops::verify``): the Python fallback that recomputes it from the outputs is never
+    called, token-wise, block and with the rates, and the bad rows still raise."""
+    if "cpu" not in BACKENDS:
+        pytest.skip("the C++ backend is not built")
+    import specops.api
+    import specops.ops.library
+
+    def fallback(*args, **kwargs):
+        raise AssertionError("draft_bad_after called on the cpu backend")
+
+    monkeypatch.setattr(specops.api, "draft_bad_after", fallback)
+    monkeypatch.setattr(specops.ops.library, "draft_bad_after", fallback)
+    for method, rates in (("token", False), ("block", False), ("token", True)):
+        kw = dict(method=method, return_accept_rates=rates, backend="cpu")
+        out = specops.verify_block(**_rejecting(1, "nan"), **kw)
+        assert out.num_accepted.tolist() == [0]
+        with pytest.raises(ValueError, match=r"row 0 \(request 0, draft position 0\)"):
+            specops.verify_block(**_rejecting(0, "sum"), **kw)

@@ -10,6 +10,9 @@ namespace specops {
 constexpr int E_SCALE_BITS = 40;  // E = trunc(e * 2^40): masses in the transform
 constexpr int W_SCALE_BITS = 60;  // W = trunc(r * 2^60): weights of the inverse-CDF draw
 constexpr int P_CHECK_BITS = 32;  // coarse mass check of probability rows
+// the default draft_probs check (reference checks.draft_row_ok): |sum trunc(q * 2^32) - 2^32|
+// at most this (1e-2 of 2^32, truncated)
+constexpr int64_t DRAFT_MASS_TOLERANCE = 42949672;
 constexpr int64_t MAX_VOCAB = int64_t(1) << 22;
 constexpr float FLT_MIN_F32 = 1.17549435082228750797e-38f;  // smallest normal float
 constexpr float kInf = std::numeric_limits<float>::infinity();

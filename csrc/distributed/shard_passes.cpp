@@ -82,9 +82,9 @@ uint64_t row_weight_sums(int kind, const float* p, const float* q, int64_t y, do
   bool bad = false;
   uint64_t total;
   if (kind == kBonus) {
-    total = ps.weights(p, nullptr, scratch, V, bsum, &bad, nullptr);
+    total = ps.weights(p, nullptr, scratch, V, bsum, &bad, nullptr, nullptr);
   } else if (kind == kResidual) {
-    total = ps.weights(p, q, scratch, V, bsum, &bad, nullptr);
+    total = ps.weights(p, q, scratch, V, bsum, &bad, nullptr, nullptr);
   } else if (kind == kBlock) {
     total = ps.block_mass(p, q, rho, V, bsum);
   } else {  // kMin

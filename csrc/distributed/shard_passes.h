@@ -1,7 +1,7 @@
 // The shard-local passes of specops.distributed on the CPU (distributed/shard_passes.cpp):
 // each is one local step of specops/distributed/_transform.py, _radix.py or _walk.py between
 // two collectives, giving the numbers the torch code gives, bit for bit, at every ISA level.
-// Bound as specops._C.shard_* (distributed/shard_binding.cpp).
+// Bound as specops._C.shard_* (bindings/shard.cpp).
 #pragma once
 #include <cstdint>
 

@@ -13,7 +13,7 @@ inline uint64_t weight(float r) { return uint64_t(f2i64(r * kWScaleF)); }
 
 // The draw over p (P == nullptr) or over the row P holds (P->e is p once materialised).
 int64_t draw_impl(const float* p, RowP* P, const float* q, int64_t y, int64_t V, uint64_t U,
-                  Work& w, uint64_t* beta) {
+                  Work& w, uint64_t* beta, RowCheck* chk) {
   if (V <= 0) return -1;
   float* r = grow(w.r, V);
   const int64_t nb = (V + kDrawBlock - 1) / kDrawBlock;
@@ -21,8 +21,8 @@ int64_t draw_impl(const float* p, RowP* P, const float* q, int64_t y, int64_t V,
   uint64_t* bs = w.bsum.data();
   const Passes& ps = passes();
   bool bad = false;
-  uint64_t S = P ? ps.row_weights(P->e, P->cut, P->sd, P->sparse, q, r, V, bs, &bad, beta)
-                 : ps.weights(p, q, r, V, bs, &bad, beta);
+  uint64_t S = P ? ps.row_weights(P->e, P->cut, P->sd, P->sparse, q, r, V, bs, &bad, beta, chk)
+                 : ps.weights(p, q, r, V, bs, &bad, beta, chk);
   if (bad) return -1;
   if (!q && y >= 0 && y < V) {  // point-mass draft: the residual is p with p[y] zeroed
     const uint64_t wy = weight(r[y]);
@@ -35,7 +35,7 @@ int64_t draw_impl(const float* p, RowP* P, const float* q, int64_t y, int64_t V,
       P->materialize(V);
       p = P->e;
     }
-    S = ps.weights(p, nullptr, r, V, bs, &bad, nullptr);
+    S = ps.weights(p, nullptr, r, V, bs, &bad, nullptr, nullptr);
     if (bad) return -1;
   }
   if (S == 0 || int64_t(S) < 0) return -1;
@@ -46,13 +46,13 @@ int64_t draw_impl(const float* p, RowP* P, const float* q, int64_t y, int64_t V,
 }  // namespace
 
 int64_t draw(const float* p, const float* q, int64_t y, int64_t V, uint64_t U, Work& w,
-             uint64_t* beta) {
-  return draw_impl(p, nullptr, q, y, V, U, w, beta);
+             uint64_t* beta, RowCheck* chk) {
+  return draw_impl(p, nullptr, q, y, V, U, w, beta, chk);
 }
 
 int64_t draw_row(RowP& P, const float* q, int64_t y, int64_t V, uint64_t U, Work& w,
-                 uint64_t* beta) {
-  return draw_impl(nullptr, &P, q, y, V, U, w, beta);
+                 uint64_t* beta, RowCheck* chk) {
+  return draw_impl(nullptr, &P, q, y, V, U, w, beta, chk);
 }
 
 }  // namespace specops

@@ -13,15 +13,16 @@ namespace specops {
 // smallest i with W_0 + ... + W_i > floor(U * S / 2^64).  Returns -1 when there is no mass,
 // or when some r is outside [0, 1] (rows that passed the validity checks never do).
 // With beta (and q): also the min mass of reference section 10 (sum trunc(min(p, max(q, 0)) *
-// 2^60)) from the same read of p and q.
+// 2^60)) from the same read of p and q; with chk (and q), q's draft_probs check (RowCheck)
+// from that read.
 int64_t draw(const float* p, const float* q, int64_t y, int64_t V, uint64_t U, Work& w,
-             uint64_t* beta = nullptr);
+             uint64_t* beta = nullptr, RowCheck* chk = nullptr);
 
 struct RowP;
 // The same draw over the p of a transformed row, computed on the fly (P is left as it was,
 // or materialised when the residual has no mass).
 int64_t draw_row(RowP& P, const float* q, int64_t y, int64_t V, uint64_t U, Work& w,
-                 uint64_t* beta = nullptr);
+                 uint64_t* beta = nullptr, RowCheck* chk = nullptr);
 
 // floor(U * S / 2^64), exactly.
 inline uint64_t draw_threshold(uint64_t U, uint64_t S) {

@@ -15,6 +15,22 @@ namespace specops {
 namespace SPECOPS_LEVEL {
 namespace {
 
+// How far ahead (floats) the passes over a draft row (and a probability row) request it from
+// memory: such a row is read once, from memory, and the stream's own loads stalled these
+// passes (the check's extra work showed it: 5-8% of a t0.8 call); a software prefetch one
+// cache line, SPECOPS_PF floats ahead, keeps the stream ahead of the arithmetic.  A prefetch
+// past the row's end is harmless (it never faults).
+#ifndef SPECOPS_PF
+#define SPECOPS_PF 256
+#endif
+constexpr int64_t kPrefetchAhead = SPECOPS_PF;
+
+// One prefetch per 64-byte line of x (16 floats) at the vector starting at x + i.
+template <class S>
+inline void prefetch_ahead(const float* x, int64_t i) {
+  if ((i & 15) < S::W) __builtin_prefetch(x + i + kPrefetchAhead);
+}
+
 // ------------------------------------------------------------------ draw weights
 // Exact sum of trunc(r * 2^60) over the lanes added (0 <= r <= 1): three 20-bit digits, each
 // an exact float32 step, summed in int32 lanes (kDrawBlock digits per lane at most).
@@ -56,6 +72,36 @@ struct WeightSum<S, true> {
   uint64_t total() const { return hsum(a); }
 };
 
+// The draft_probs check of q's lanes (RowCheck), two operations a vector, neither waiting long
+// on the previous vector's: a float32 lane sum in two accumulators taking the vectors in turn
+// (each lane of each adds at most kDrawBlock / 2 entries between two totals: the error bound
+// verify/draft_check.h relies on), and the unsigned max of the lanes' bits (> the bits of 1.0
+// for every entry outside [+0, 1]: > 1, inf, NaN, and every sign bit, -0.0's included).
+template <class S>
+struct CheckSum {
+  typename S::F s0 = S::splat(0.0f), s1 = s0;
+  typename S::I mx = S::splat_i(0);
+  void add(typename S::F q) {
+    const typename S::F t = s1 + q;
+    s1 = s0;
+    s0 = t;
+    mx = max_u(mx, as_int(q));
+  }
+  void into(RowCheck* c) const {
+    float l0[S::W], l1[S::W];
+    int32_t lm[S::W];
+    store(l0, s0);
+    store(l1, s1);
+    store(lm, mx);
+    double t = 0.0;
+    for (int k = 0; k < S::W; ++k) {
+      t += double(l0[k]) + double(l1[k]);
+      if (uint32_t(lm[k]) > c->max_bits) c->max_bits = uint32_t(lm[k]);
+    }
+    c->sum += t;
+  }
+};
+
 // r = p > q ? p - max(q, 0) : 0 (HAS_Q) or r = p; trunc(r * 2^60) over [i, end) added to
 // sum; returns where the whole vectors stopped.  r outside [0, 1] sets `bad` (and counts 0).
 // Vectors of masked tokens (p == 0: top-k / top-p / min-p rows are mostly zeros) store r = 0
@@ -66,6 +112,8 @@ struct WeightSum<S, true> {
 // and S' >= 2^40 + E of any other kept token), hence so is r: no check.
 // BETA (with q, not MIN): also the acceptance rate's min mass (as MIN sums it, with MIN's
 // range check where p is not FROM_E) into msum, from the same read of p and q.
+// CHECK (with q, not MIN): q's draft_probs check into chk, from the same read; q is then read
+// in the skipped vectors too.
 struct FromE {
   float cut = 0.0f;
   DivScale ds{kEScale, kEScale};
@@ -77,8 +125,10 @@ struct FromE {
 // is evaluated here unless the cut masks it anyway, `evaluate`, see materialize_t); else loaded.  False when every lane is +0 or masked:
 // the caller skips the vector (a NaN lane is kept, for the caller's checks).
 template <class S, bool FROM_E>
-inline bool p_lanes(const float* p_at, const FromE& fe, typename S::F vcut, bool evaluate,
-                    typename S::F& pv) {
+// (always inlined: GCC left it out of line in some instantiations, a call per vector)
+__attribute__((always_inline)) inline bool p_lanes(const float* p_at, const FromE& fe,
+                                                   typename S::F vcut, bool evaluate,
+                                                   typename S::F& pv) {
   using F = typename S::F;
   const F zero = S::splat(0.0f);
   if (!FROM_E) {
@@ -99,18 +149,25 @@ inline bool p_lanes(const float* p_at, const FromE& fe, typename S::F vcut, bool
   return true;
 }
 
-template <class S, bool HAS_Q, bool MIN = false, bool FROM_E = false, bool BETA = false>
+template <class S, bool HAS_Q, bool MIN = false, bool FROM_E = false, bool BETA = false,
+          bool CHECK = false>
 int64_t weight_lanes(const float* p, const float* q, float* r, int64_t i, int64_t end,
-                     uint64_t& sum, bool& bad, FromE fe = {}, uint64_t* msum = nullptr) {
+                     uint64_t& sum, bool& bad, FromE fe = {}, uint64_t* msum = nullptr,
+                     RowCheck* chk = nullptr) {
   using F = typename S::F;
+  static_assert(!CHECK || (HAS_Q && !MIN), "the check reads a draft row of the residual");
   const F one = S::splat(1.0f), zero = S::splat(0.0f);
   const F vcut = S::splat(fe.cut);
   const bool evaluate = !(fe.cut >= 0x1p-40f);  // see materialize_t
   WeightSum<S> ws, wm;
+  CheckSum<S> cs;
   typename S::M vbad = lt(zero, zero);  // all false
   for (; i + S::W <= end; i += S::W) {
+    if (HAS_Q) prefetch_ahead<S>(q, i);
+    if (!FROM_E) prefetch_ahead<S>(p, i);
     F pv;
     if (!p_lanes<S, FROM_E>(p + i, fe, vcut, evaluate, pv)) {
+      if (CHECK) cs.add(S::load(q + i));
       store(r + i, zero);
       continue;
     }
@@ -121,6 +178,7 @@ int64_t weight_lanes(const float* p, const float* q, float* r, int64_t i, int64_
       rv = keep(le(pv, qq), pv) + keep(gt(pv, qq), qq);
     } else if (HAS_Q) {
       const F qv = S::load(q + i);
+      if (CHECK) cs.add(qv);
       rv = keep(gt(pv, qv), pv - max(qv, zero));
       if (BETA) {
         const F qq = keep(gt(qv, zero), qv);
@@ -139,22 +197,24 @@ int64_t weight_lanes(const float* p, const float* q, float* r, int64_t i, int64_
   }
   sum += ws.total();
   if (BETA) *msum += wm.total();
+  if (CHECK) cs.into(chk);
   bad = bad || any(vbad);
   return i;
 }
 
-template <bool HAS_Q, bool FROM_E = false, bool BETA = false>
+template <bool HAS_Q, bool FROM_E = false, bool BETA = false, bool CHECK = false>
 uint64_t weights_t(const float* p, const float* q, float* r, int64_t V, uint64_t* bsum,
-                   bool* bad, FromE fe = {}, uint64_t* beta = nullptr) {
+                   bool* bad, FromE fe = {}, uint64_t* beta = nullptr, RowCheck* chk = nullptr) {
   uint64_t total = 0, m = 0;
   bool b = false;
   for (int64_t b0 = 0, k = 0; b0 < V; b0 += kDrawBlock, ++k) {
     const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
     uint64_t s = 0;
-    const int64_t i =
-        weight_lanes<Native, HAS_Q, false, FROM_E, BETA>(p, q, r, b0, b1, s, b, fe, &m);
+    const int64_t i = weight_lanes<Native, HAS_Q, false, FROM_E, BETA, CHECK>(
+        p, q, r, b0, b1, s, b, fe, &m, chk);
     if constexpr (Native::W > 1)
-      weight_lanes<Scalar, HAS_Q, false, FROM_E, BETA>(p, q, r, i, b1, s, b, fe, &m);
+      weight_lanes<Scalar, HAS_Q, false, FROM_E, BETA, CHECK>(p, q, r, i, b1, s, b, fe, &m,
+                                                              chk);
     bsum[k] = s;
     total += s;
   }
@@ -190,10 +250,12 @@ int64_t block_lanes(const float* p, const float* q, double rho, int64_t i, int64
 // neither store p nor a residual row.  The sums are the ones block_lanes and the MIN
 // weight_lanes form (integer sums: the order does not matter), per kDrawBlock for the draw.
 // A vector whose p is all +0 adds 0 to both (d = 0 - max(q, 0) only where 0 > q, which is
-// 0; min(0, .) = 0) and skips q.
-template <class S, bool FROM_E, bool BLOCK, bool MIN, bool HAS_Q>
+// 0; min(0, .) = 0) and skips q, unless CHECK (with q): q's draft_probs check into chk, from
+// the same read, over every vector of q.
+template <class S, bool FROM_E, bool BLOCK, bool MIN, bool HAS_Q, bool CHECK = false>
 int64_t pq_lanes(const float* p, const float* q, double rho, int64_t i, int64_t end,
-                 uint64_t& sblock, uint64_t& smin, const FromE& fe) {
+                 uint64_t& sblock, uint64_t& smin, const FromE& fe, RowCheck* chk = nullptr) {
+  static_assert(!CHECK || HAS_Q, "the check reads a draft row");
   using F = typename S::F;
   using D = typename S::D;
   constexpr int ND = S::W / S::WD;
@@ -202,9 +264,16 @@ int64_t pq_lanes(const float* p, const float* q, double rho, int64_t i, int64_t 
   const D vrho = S::splat_d(rho), dzero = S::splat_d(0.0), s60 = S::splat_d(0x1p60);
   typename S::L acc = S::zero_l();
   WeightSum<S> ws;
+  CheckSum<S> cs;
   for (; i + S::W <= end; i += S::W) {
+    if (HAS_Q) prefetch_ahead<S>(q, i);
+    if (!FROM_E) prefetch_ahead<S>(p, i);
     F pv;
-    if (!p_lanes<S, FROM_E>(p + i, fe, vcut, evaluate, pv)) continue;
+    if (!p_lanes<S, FROM_E>(p + i, fe, vcut, evaluate, pv)) {
+      if (CHECK) cs.add(S::load(q + i));
+      continue;
+    }
+    if (CHECK) cs.add(S::load(q + i));
     if (BLOCK) {
       alignas(64) float pl[S::W];
       store(pl, pv);
@@ -223,20 +292,21 @@ int64_t pq_lanes(const float* p, const float* q, double rho, int64_t i, int64_t 
   }
   if (BLOCK) sblock += hsum(acc);
   if (MIN) smin += ws.total();
+  if (CHECK) cs.into(chk);
   return i;
 }
 
-template <bool FROM_E, bool BLOCK, bool MIN, bool HAS_Q>
+template <bool FROM_E, bool BLOCK, bool MIN, bool HAS_Q, bool CHECK = false>
 uint64_t pq_t(const float* p, const float* q, double rho, int64_t V, uint64_t* bsum,
-              uint64_t* min_out, const FromE& fe) {
+              uint64_t* min_out, const FromE& fe, RowCheck* chk = nullptr) {
   uint64_t total = 0, tmin = 0;
   for (int64_t b0 = 0, k = 0; b0 < V; b0 += kDrawBlock, ++k) {
     const int64_t b1 = V - b0 < kDrawBlock ? V : b0 + kDrawBlock;
     uint64_t s = 0;
     const int64_t i =
-        pq_lanes<Native, FROM_E, BLOCK, MIN, HAS_Q>(p, q, rho, b0, b1, s, tmin, fe);
+        pq_lanes<Native, FROM_E, BLOCK, MIN, HAS_Q, CHECK>(p, q, rho, b0, b1, s, tmin, fe, chk);
     if constexpr (Native::W > 1)
-      pq_lanes<Scalar, FROM_E, BLOCK, MIN, HAS_Q>(p, q, rho, i, b1, s, tmin, fe);
+      pq_lanes<Scalar, FROM_E, BLOCK, MIN, HAS_Q, CHECK>(p, q, rho, i, b1, s, tmin, fe, chk);
     if (bsum) bsum[k] = s;
     total += s;
   }
@@ -246,8 +316,12 @@ uint64_t pq_t(const float* p, const float* q, double rho, int64_t V, uint64_t* b
 
 template <bool FROM_E>
 uint64_t pq_dispatch(const float* p, const float* q, double rho, int64_t V, uint64_t* bsum,
-                     bool block, uint64_t* min_out, const FromE& fe) {
+                     bool block, uint64_t* min_out, const FromE& fe, RowCheck* chk) {
   if (min_out && !q) return 0;  // (callers ask the min mass only with a draft row)
+  if (chk && q && block) {      // block verification's mass of the row it may draw from
+    return min_out ? pq_t<FROM_E, true, true, true, true>(p, q, rho, V, bsum, min_out, fe, chk)
+                   : pq_t<FROM_E, true, false, true, true>(p, q, rho, V, bsum, nullptr, fe, chk);
+  }
   if (block && min_out) return pq_t<FROM_E, true, true, true>(p, q, rho, V, bsum, min_out, fe);
   if (min_out) return pq_t<FROM_E, false, true, true>(p, q, rho, V, bsum, min_out, fe);
   return q ? pq_t<FROM_E, true, false, true>(p, q, rho, V, bsum, nullptr, fe)
@@ -305,18 +379,22 @@ int64_t tree_lanes(int64_t* R, const int64_t* Qw, double ia, double iq, int64_t 
 }  // namespace
 
 uint64_t row_weights(const float* e, float cut, double sd, bool sparse, const float* q, float* r,
-                     int64_t V, uint64_t* bsum, bool* bad, uint64_t* beta) {
+                     int64_t V, uint64_t* bsum, bool* bad, uint64_t* beta, RowCheck* chk) {
   const FromE fe{cut, DivScale(kEScale, sd), sparse || cut > 0.0f};
+  if (q && chk) {
+    return beta ? weights_t<true, true, true, true>(e, q, r, V, bsum, bad, fe, beta, chk)
+                : weights_t<true, true, false, true>(e, q, r, V, bsum, bad, fe, nullptr, chk);
+  }
   if (q && beta) return weights_t<true, true, true>(e, q, r, V, bsum, bad, fe, beta);
   return q ? weights_t<true, true>(e, q, r, V, bsum, bad, fe)
            : weights_t<false, true>(e, nullptr, r, V, bsum, bad, fe);
 }
 
 uint64_t pq_masses(const PRow& pr, const float* q, double rho, int64_t V, uint64_t* bsum,
-                   bool block, uint64_t* min_out) {
-  if (!pr.from_e) return pq_dispatch<false>(pr.p, q, rho, V, bsum, block, min_out, FromE{});
+                   bool block, uint64_t* min_out, RowCheck* chk) {
+  if (!pr.from_e) return pq_dispatch<false>(pr.p, q, rho, V, bsum, block, min_out, FromE{}, chk);
   const FromE fe{pr.cut, DivScale(kEScale, pr.sd), pr.sparse || pr.cut > 0.0f};
-  return pq_dispatch<true>(pr.p, q, rho, V, bsum, block, min_out, fe);
+  return pq_dispatch<true>(pr.p, q, rho, V, bsum, block, min_out, fe, chk);
 }
 
 // sum of trunc(min(p, q > 0 ? q : 0) * 2^60): beta of the acceptance rates (p, q valid rows)
@@ -332,7 +410,12 @@ uint64_t min_mass(const float* p, const float* q, float* r, int64_t V) {
 }
 
 uint64_t weights(const float* p, const float* q, float* r, int64_t V, uint64_t* bsum,
-                 bool* bad, uint64_t* beta) {
+                 bool* bad, uint64_t* beta, RowCheck* chk) {
+  if (q && chk) {
+    return beta ? weights_t<true, false, true, true>(p, q, r, V, bsum, bad, FromE{}, beta, chk)
+                : weights_t<true, false, false, true>(p, q, r, V, bsum, bad, FromE{}, nullptr,
+                                                      chk);
+  }
   if (q && beta) return weights_t<true, false, true>(p, q, r, V, bsum, bad, FromE{}, beta);
   return q ? weights_t<true>(p, q, r, V, bsum, bad) : weights_t<false>(p, nullptr, r, V, bsum, bad);
 }

@@ -353,49 +353,6 @@ int64_t band_pass(const float* e, int64_t V, float lo, float hi, float* out, uin
   return band_t<Native>(e, V, lo, hi, out, mass);
 }
 
-// ------------------------------------------------------------------ probability-row summary
-template <class S>
-RowStats row_stats_t(const float* p, int64_t V) {
-  using F = typename S::F;
-  const F zero = S::splat(0.0f);
-  F mx = S::splat(-kInf), nmn = mx;  // max of x and of -x (-x is exact)
-  typename S::M nan = unord(zero, zero);
-  double sum = 0.0;
-  int64_t i = 0;
-  while (i + S::W <= V) {
-    const int64_t end = i + vec_span<S>(i, V, kLaneBlock);
-    F acc = zero;
-    for (; i < end; i += S::W) {
-      const F x = S::load(p + i);
-      nan = nan | unord(x, x);
-      mx = max(mx, x);
-      nmn = max(nmn, zero - x);
-      acc = acc + x;
-    }
-    float lane[S::W];
-    store(lane, acc);
-    for (int k = 0; k < S::W; ++k) sum += double(lane[k]);
-  }
-  RowStats r;
-  r.mx = hmax<S>(mx);
-  r.mn = -hmax<S>(nmn);
-  r.sum = sum;
-  bool has_nan = any(nan);
-  if constexpr (S::W > 1) {
-    if (i < V) {
-      const RowStats t = row_stats_t<Scalar>(p + i, V - i);
-      has_nan = has_nan || t.mn != t.mn;
-      r.mx = t.mx > r.mx ? t.mx : r.mx;
-      r.mn = t.mn < r.mn ? t.mn : r.mn;
-      r.sum += t.sum;
-    }
-  }
-  if (has_nan) r.mn = r.mx = __builtin_nanf("");
-  return r;
-}
-
-RowStats row_stats(const float* p, int64_t V) { return row_stats_t<Native>(p, V); }
-
 // The level's table, filled member by member.
 constexpr Passes level_passes() {
   Passes p{};
@@ -413,7 +370,6 @@ constexpr Passes level_passes() {
   p.block_mass = &SPECOPS_LEVEL::block_mass;
   p.min_mass = &SPECOPS_LEVEL::min_mass;
   p.pq_masses = &SPECOPS_LEVEL::pq_masses;
-  p.row_stats = &row_stats;
   p.int_weights = &SPECOPS_LEVEL::int_weights;
   p.tree_update = &SPECOPS_LEVEL::tree_update;
   return p;

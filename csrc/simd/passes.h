@@ -11,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "core/float_bits.h"
+
 namespace specops {
 
 // Extra floats every buffer written by a compressing pass must have beyond its count
@@ -62,11 +64,15 @@ struct PRow {
   bool sparse = true;
 };
 
-// One probability row's summary for the draft_probs check (specops/_args.py): its smallest
-// and largest entry (both NaN when any entry is NaN) and its sum.
-struct RowStats {
-  float mn = 0.0f, mx = 0.0f;
-  double sum = 0.0;
+// The default draft_probs check of one row (reference checks.draft_row_ok: every entry in
+// [0, 1], NaN failing, and |sum trunc(q * 2^32) - 2^32| <= DRAFT_MASS_TOLERANCE), gathered by
+// a pass that reads the row anyway (the residual draw's weights, block verification's mass):
+// two operations a vector (a float32 lane sum, the unsigned max of the entries' bits), decided
+// exactly by verify/draft_check.h (which rescans the row only where these cannot decide it).
+// A pass given one reads every vector of q (also where p is masked and the pass would skip q).
+struct RowCheck {
+  double sum = 0.0;       // the float32 lane sums of q (<= kDrawBlock terms each), in float64
+  uint32_t max_bits = 0;  // the largest entry's bits, unsigned: <= 0x3f800000 iff all in [+0, 1]
 };
 
 struct Passes {
@@ -98,12 +104,14 @@ struct Passes {
                        uint64_t* mass);
   // r = residual (q given) or p; weights trunc(r * 2^60) summed per kDrawBlock into
   // block_sums; *bad when some r is outside [0, 1]; returns the total.  With beta (and q):
-  // also min_mass's sum from the same read (the rates of a rejected position)
+  // also min_mass's sum from the same read (the rates of a rejected position); with chk (and
+  // q): q's draft_probs check (RowCheck) from the same read
   uint64_t (*weights)(const float* p, const float* q, float* r, int64_t V,
-                      uint64_t* block_sums, bool* bad, uint64_t* beta);
+                      uint64_t* block_sums, bool* bad, uint64_t* beta, RowCheck* chk);
   // weights of the p a transformed row (e, cut, sd, sparse: RowP) holds, without storing p
   uint64_t (*row_weights)(const float* e, float cut, double sd, bool sparse, const float* q,
-                          float* r, int64_t V, uint64_t* block_sums, bool* bad, uint64_t* beta);
+                          float* r, int64_t V, uint64_t* block_sums, bool* bad, uint64_t* beta,
+                          RowCheck* chk);
   // block verification (reference section 9): sum of trunc(d * 2^60), d = rho * p - max(q, 0)
   // where rho * p > q else 0, in float64 (q null: 0); per kDrawBlock into block_sums if given
   uint64_t (*block_mass)(const float* p, const float* q, double rho, int64_t V,
@@ -112,12 +120,10 @@ struct Passes {
   // r: scratch of V floats
   uint64_t (*min_mass)(const float* p, const float* q, float* r, int64_t V);
   // block_mass (block: the returned total, per kDrawBlock into block_sums if given; q null:
-  // q = 0) and, with min_out (and q), min_mass, in one read of p and q that stores nothing
+  // q = 0) and, with min_out (and q), min_mass, in one read of p and q that stores nothing;
+  // with chk (block, and q), q's draft_probs check (RowCheck) from the same read
   uint64_t (*pq_masses)(const PRow& p, const float* q, double rho, int64_t V,
-                        uint64_t* block_sums, bool block, uint64_t* min_out);
-  // min, max and sum of a row (RowStats); the sum: float32 lanes per kLaneBlock vectors,
-  // then float64 (a check within a tolerance, not part of any token's arithmetic)
-  RowStats (*row_stats)(const float* p, int64_t V);
+                        uint64_t* block_sums, bool block, uint64_t* min_out, RowCheck* chk);
   // W = trunc(x * 2^60) for x in [0, 1] (stored when W is given), summed per kDrawBlock into
   // block_sums when given; returns the total (tree verification's R and Qw)
   uint64_t (*int_weights)(const float* x, int64_t V, int64_t* W, uint64_t* block_sums);
@@ -133,7 +139,7 @@ struct Passes {
 constexpr bool complete(const Passes& p) {
   return p.name && p.scale_max && p.exp_pass && p.masked_mass && p.materialize && p.first_eq &&
          p.gather_ge && p.gather_key && p.band_pass && p.weights && p.row_weights &&
-         p.block_mass && p.min_mass && p.pq_masses && p.row_stats &&
+         p.block_mass && p.min_mass && p.pq_masses &&
          p.int_weights && p.tree_update;
 }
 

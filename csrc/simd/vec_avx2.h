@@ -16,6 +16,7 @@ SPECOPS_X86_VEC_OPS(_mm256, 256, __m256i, __m256d)
 
 SPECOPS_X86_CMP_OPS(_mm256_cmp_ps)
 inline MD gt(D a, D b) { return {_mm256_cmp_pd(a.v, b.v, _CMP_GT_OQ)}; }
+inline I max_u(I a, I b) { return {_mm256_max_epu32(a.v, b.v)}; }  // unsigned
 
 inline __m128i low_dwords(L x) {
   return _mm256_castsi256_si128(

@@ -46,6 +46,7 @@ inline I shl23(I a) { return {_mm512_slli_epi32(a.v, 23)}; }
 inline I srl(I a, int n) { return {_mm512_srl_epi32(a.v, _mm_cvtsi32_si128(n))}; }
 inline I sra31(I a) { return {_mm512_srai_epi32(a.v, 31)}; }
 inline M eq(I a, I b) { return {_mm512_cmpeq_epi32_mask(a.v, b.v)}; }
+inline I max_u(I a, I b) { return {_mm512_max_epu32(a.v, b.v)}; }  // unsigned
 inline I as_int(F x) { return {_mm512_castps_si512(x.v)}; }
 inline F as_float(I x) { return {_mm512_castsi512_ps(x.v)}; }
 // pexp's exact steps (vec_scalar.h) in one instruction each: round to nearest even, and

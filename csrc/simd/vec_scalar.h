@@ -60,6 +60,7 @@ inline I shl23(I a) { return {int32_t(uint32_t(a.v) << 23)}; }
 inline I srl(I a, int n) { return {int32_t(uint32_t(a.v) >> n)}; }
 inline I sra31(I a) { return {a.v < 0 ? -1 : 0}; }
 inline M eq(I a, I b) { return {a.v == b.v}; }
+inline I max_u(I a, I b) { return {uint32_t(a.v) > uint32_t(b.v) ? a.v : b.v}; }  // unsigned
 inline I as_int(F x) {
   I r;
   std::memcpy(&r.v, &x.v, 4);

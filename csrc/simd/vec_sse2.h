@@ -21,6 +21,11 @@ inline M eq_f(F a, F b) { return {_mm_cmpeq_ps(a.v, b.v)}; }
 inline M ne_u(F a, F b) { return {_mm_cmpneq_ps(a.v, b.v)}; }
 inline M unord(F a, F b) { return {_mm_cmpunord_ps(a.v, b.v)}; }
 inline MD gt(D a, D b) { return {_mm_cmpgt_pd(a.v, b.v)}; }
+inline I max_u(I a, I b) {  // unsigned (SSE2 has no pmaxud: a signed compare of a, b - 2^31)
+  const __m128i s = _mm_set1_epi32(INT32_MIN);
+  const __m128i m = _mm_cmpgt_epi32(_mm_xor_si128(a.v, s), _mm_xor_si128(b.v, s));
+  return {_mm_or_si128(_mm_and_si128(m, a.v), _mm_andnot_si128(m, b.v))};
+}
 
 // (SPECOPS_X86_F64_CONVERT's lane moves: SSE2 has neither a dword permute nor a sign extension)
 inline __m128i low_dwords(L x) { return _mm_shuffle_epi32(x.v, _MM_SHUFFLE(3, 1, 2, 0)); }

@@ -6,8 +6,9 @@
 namespace specops {
 
 uint64_t block_mass(const PRow& p, const float* q, int64_t y, float p_y, double rho, int64_t V,
-                    uint64_t* block_sums, uint64_t* beta) {
-  uint64_t S = passes().pq_masses(p, q, rho, V, block_sums, true, q ? beta : nullptr);
+                    uint64_t* block_sums, uint64_t* beta, RowCheck* chk) {
+  uint64_t S = passes().pq_masses(p, q, rho, V, block_sums, true, q ? beta : nullptr,
+                                  q ? chk : nullptr);
   if (!q && y >= 0 && y < V) {  // point mass at y: rho * p(y) <= 1 = q(y) gives 0 there
     const uint64_t wy = block_weight(p_y, 0.0f, rho);
     S -= wy;
@@ -17,7 +18,7 @@ uint64_t block_mass(const PRow& p, const float* q, int64_t y, float p_y, double 
 }
 
 uint64_t block_mass_until(const PRow& p, const float* q, double rho, int64_t V,
-                          uint64_t* block_sums, uint64_t stop_at, bool* complete) {
+                          uint64_t* block_sums, uint64_t stop_at, bool* complete, RowCheck* chk) {
   // 16 draw blocks (64 KB of p and of q) a chunk: a few checks a row, each after enough
   // tokens that the call's fixed cost stays small
   constexpr int64_t kChunk = 16 * kDrawBlock;
@@ -27,7 +28,7 @@ uint64_t block_mass_until(const PRow& p, const float* q, double rho, int64_t V,
     const int64_t n = V - c0 < kChunk ? V - c0 : kChunk;
     PRow pc = p;
     pc.p += c0;
-    S += ps.pq_masses(pc, q + c0, rho, n, block_sums + c0 / kDrawBlock, true, nullptr);
+    S += ps.pq_masses(pc, q + c0, rho, n, block_sums + c0 / kDrawBlock, true, nullptr, chk);
     if (S >= stop_at && c0 + n < V) {
       *complete = false;
       return S;

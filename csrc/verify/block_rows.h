@@ -34,9 +34,10 @@ inline uint64_t block_weight(float px, float qx, double rho) {
 // S = sum_x trunc(d(x) * 2^60) of position j's scaled residual (section 9) in one read of p
 // and q (Passes::pq_masses), q == nullptr: a point mass at y, whose own token (p(y) = p_y)
 // is taken out.  With `block_sums`, also the sums per kDrawBlock tokens (for the draw); with
-// `beta` (and q), the acceptance rate's mass (section 10) from the same read.
+// `beta` (and q), the acceptance rate's mass (section 10) from the same read; with `chk` (and
+// q), q's draft_probs check (RowCheck) from that read.
 uint64_t block_mass(const PRow& p, const float* q, int64_t y, float p_y, double rho, int64_t V,
-                    uint64_t* block_sums, uint64_t* beta);
+                    uint64_t* block_sums, uint64_t* beta, RowCheck* chk = nullptr);
 
 // The least S from which the stop test u < block_stop_probability(S, rho) holds for every
 // S' >= S as well (UINT64_MAX: none found, e.g. rho = 1, where the caller needs no S).  The
@@ -56,10 +57,12 @@ inline uint64_t block_stop_at(double u, double rho) {
 
 // block_mass (with q, no beta) scanned a chunk of kDrawBlock blocks at a time, stopping once
 // the partial sum reaches stop_at (*complete = false: S and the block sums are partial, S >=
-// stop_at); else the full S and block sums, *complete = true.  The chunks' sums are the
-// full pass's (per-block integer sums).
+// stop_at, and so is `chk`); else the full S and block sums, *complete = true.  The chunks'
+// sums are the full pass's (per-block integer sums).  With `chk`, q's draft_probs check
+// (RowCheck) of the chunks read.
 uint64_t block_mass_until(const PRow& p, const float* q, double rho, int64_t V,
-                          uint64_t* block_sums, uint64_t stop_at, bool* complete);
+                          uint64_t* block_sums, uint64_t stop_at, bool* complete,
+                          RowCheck* chk = nullptr);
 
 // The draw of section 9 at tau over the weights whose total S and per-block sums block_mass
 // gave; p_at(i) is p(i).  (S == 0, the fallback to p, is the caller's.)

@@ -1,11 +1,15 @@
 // Caller-supplied uniforms: sgl-kernel's tree walk (reference section 13,
-// specops/reference/coins.py verify_coins_ref), one request per task.  Integer masses
+// specops/reference/coins.py verify_coins_ref), one request per task.  A malformed request
+// (specops._sgl_tree.malformed_sgl_requests: a link outside [-1, N), a node that is the target
+// of two links, a link to the root, or a present node whose candidate is outside [0, V)) is
+// found first, in O(N) reads of its own links, and emits nothing.  Integer masses
 // trunc(p * 2^60) (an exact float32 product, truncated), int64 sums and compares, and the
 // coin threshold floor(m * M / 2^24) as two exact int64 limb products; the only float64
 // operations are the relaxed Ath's conversion and product, as in the reference.  Scalar code
 // only (no SIMD pass), so every ISA level computes the same thing.
 #include <cmath>
 #include <cstdint>
+#include <utility>
 #include <vector>
 
 #include "core/parallel.h"
@@ -52,8 +56,45 @@ struct CoinWalk {
   const CoinArgs& a;
   int64_t b;
   std::vector<int64_t> w, tried;
+  std::vector<std::pair<int64_t, int64_t>> stack;  // malformed(): (node, tree depth)
+  std::vector<uint8_t> linked;                     // malformed(): the node is a link's target
 
   int64_t id(const int64_t* t, int64_t node) const { return t[b * a.N + node]; }
+
+  // The request's links are out of contract (convert_tree's malformed) or a present node
+  // (reachable from the root through links, tree depth <= max_depth; the root excluded) has a
+  // candidate outside [0, V).  With every link in [-1, N), no node the target of two links and
+  // none into the root, what the root reaches is a tree (each node entered once): the walk
+  // from the root ends after at most N nodes.
+  bool malformed() {
+    const int64_t N = a.N;
+    linked.assign(size_t(N), 0);
+    for (const int64_t* links : {a.next_token, a.next_sibling})
+      for (int64_t n = 0; n < N; ++n) {
+        const int64_t t = id(links, n);
+        if (t < -1 || t >= N) return true;
+        if (t < 0) continue;
+        if (t == 0 || linked[size_t(t)]) return true;
+        linked[size_t(t)] = 1;
+      }
+    // depth-first from the root: (node, tree depth); a child link adds 1, a sibling link 0;
+    // nodes deeper than max_depth are absent, and so is everything below them
+    // (the root's own sibling link counts: its target is present at depth 0)
+    stack.clear();
+    stack.push_back({0, 0});
+    while (!stack.empty()) {
+      const auto [n, depth] = stack.back();
+      stack.pop_back();
+      if (n != 0) {
+        const int64_t y = id(a.candidates, n);
+        if (y < 0 || y >= a.V) return true;
+      }
+      const int64_t child = id(a.next_token, n), sibling = id(a.next_sibling, n);
+      if (child >= 0 && depth + 1 <= a.max_depth) stack.push_back({child, depth + 1});
+      if (sibling >= 0) stack.push_back({sibling, depth});
+    }
+    return false;
+  }
 
   void run() {
     const int64_t N = a.N, V = a.V, D = a.max_depth;
@@ -61,6 +102,11 @@ struct CoinWalk {
     int32_t* nodes = a.out_nodes + b * D;
     for (int64_t k = 0; k <= D; ++k) tokens[k] = -1;
     for (int64_t k = 0; k < D; ++k) nodes[k] = -1;
+    if (malformed()) {
+      a.out_num_accepted[b] = 0;
+      a.out_valid[b] = 0;
+      return;
+    }
     w.assign(V, 0);
     int64_t c = 0, j = 0;
     bool valid = true;
@@ -82,7 +128,7 @@ struct CoinWalk {
         int64_t x = id(a.next_token, c);
         for (int64_t visits = 0; x >= 0 && x < N && visits < N; ++visits) {
           const int64_t y = id(a.candidates, x);
-          if (y < 0 || y >= V) {           // out of contract (the caller checks): refuse
+          if (y < 0 || y >= V) {           // a present node: malformed() refused it already
             valid = false;
             break;
           }
@@ -136,7 +182,7 @@ struct CoinWalk {
 }  // namespace
 
 void coin_walk(const CoinArgs& a) {
-  parallel_for(a.B, a.threads, [&](int64_t b) { CoinWalk{a, b, {}, {}}.run(); });
+  parallel_for(a.B, a.threads, [&](int64_t b) { CoinWalk{a, b, {}, {}, {}, {}}.run(); });
 }
 
 }  // namespace specops

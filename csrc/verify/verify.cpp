@@ -10,6 +10,13 @@
 //
 // A target row the walk needs that is invalid (or out of bounds) ends the request: accepted
 // drafts, then -1; valid = false.  With out_rates, beta_j of every position read (section 10).
+//
+// With out_draft_bad, the default draft_probs check (reference walk.draft_check) of a sampled,
+// plain-mode request with draft probabilities, made of what the walk reads anyway: q_j(y_j) of
+// every accepted position (the accept test's value, or the block scan's), and the row of a
+// residual draw at num_accepted < kb, checked by the draw's own pass over it (RowCheck: the
+// residual weights, or block verification's mass at tau; decided by verify/draft_check.h).
+// A greedy request never reads q.
 #include <algorithm>
 #include <cmath>
 #include <limits>
@@ -21,6 +28,7 @@
 #include "draw/draw.h"
 #include "transform/transform.h"
 #include "verify/block_rows.h"
+#include "verify/draft_check.h"
 #include "verify/request.h"
 
 namespace specops {
@@ -39,9 +47,18 @@ class Walk {
       rates_ = a.out_rates + b * a.max_k;
       std::fill(rates_, rates_ + a.max_k, std::numeric_limits<float>::quiet_NaN());
     }
+    check_ = a.out_draft_bad && a.draft.ptr && a.draft_is_probs && !r_.malformed &&
+             !r_.forced && !r_.greedy;
   }
 
+  // The walk, then its draft_probs check's answer.
   void run() {
+    walk();
+    if (a_.out_draft_bad) a_.out_draft_bad[b_] = int32_t(draft_bad_);
+  }
+
+ private:
+  void walk() {
     const int64_t kb = r_.block.kb;
     if (r_.malformed) return;
     if (r_.forced) {
@@ -67,6 +84,7 @@ class Walk {
       if (rates_ && v != Verdict::kInvalid) rates_[j] = rate(pos);
       if (v == Verdict::kAccept) {
         out_[j] = int32_t(pos.y);
+        check_value(j, pos.q_y);
         continue;
       }
       return finish(j, v == Verdict::kInvalid ? -1 : rejection_draw(pos));
@@ -76,7 +94,6 @@ class Walk {
     finish(kb, bonus_draw(pos));
   }
 
- private:
   enum class State { kUnread, kValid, kInvalid };
 
   // What the walk has read at position j (rows are read lazily, at most once).
@@ -222,13 +239,17 @@ class Walk {
       q = pos.Q.e;
     }
     if (got) *got = beta != nullptr;
-    return draw_p(pos, q, -1, U, beta);
+    RowCheck chk;
+    const int64_t token = draw_p(pos, q, -1, U, beta, check_ ? &chk : nullptr);
+    row_bad_ = check_ && !draft_row_ok(chk, q, r_.V);
+    return token;
   }
 
   // The draw from p_j (minus q): from the transformed row directly, without storing p.
-  int64_t draw_p(Position& pos, const float* q, int64_t y, uint64_t U, uint64_t* beta = nullptr) {
-    if (a_.target_is_probs) return draw(pos.tprob, q, y, r_.V, U, w_, beta);
-    return draw_row(pos.P, q, y, r_.V, U, w_, beta);
+  int64_t draw_p(Position& pos, const float* q, int64_t y, uint64_t U, uint64_t* beta = nullptr,
+                 RowCheck* chk = nullptr) {
+    if (a_.target_is_probs) return draw(pos.tprob, q, y, r_.V, U, w_, beta, chk);
+    return draw_row(pos.P, q, y, r_.V, U, w_, beta, chk);
   }
 
   // Bonus / end of block at j = kb: a draw from p_j (greedy: the argmax).
@@ -308,7 +329,10 @@ class Walk {
         }
       }
     }
-    for (int64_t j = 0; j < tau; ++j) out_[j] = int32_t(draft_id(j));
+    for (int64_t j = 0; j < tau; ++j) {
+      out_[j] = int32_t(draft_id(j));
+      check_value(j, kept[size_t(j)].q_y);
+    }
     if (tau == e && !end_ok) return finish(e, -1);
     Position& pos = kept[size_t(tau)];  // transformed in the scan, in a slot the scan kept
     if (tau == e) {
@@ -318,8 +342,12 @@ class Walk {
     const float* q = q_row(pos);
     const uint64_t U = sample_uniform64(r_.seed, r_.offset, uint64_t(tau));
     uint64_t* bs = backward ? bsums[0] : bsums[tau_slot];
-    if (!t.complete)  // tau = 0, or a tau whose stop test needed no (full) mass
-      t.S = block_mass(p_row(pos), q, pos.y, p_at(pos, pos.y), rho[tau], V, bs, nullptr);
+    if (!t.complete) {  // tau = 0, or a tau whose stop test needed no (full) mass
+      t.chk = RowCheck{};
+      t.S = block_mass(p_row(pos), q, pos.y, p_at(pos, pos.y), rho[tau], V, bs, nullptr,
+                       check_ ? &t.chk : nullptr);
+    }
+    row_bad_ = check_ && !draft_row_ok(t.chk, q, V);  // (tau's mass pass read its draft row)
     if (t.S == 0) return finish(tau, draw_p(pos, nullptr, -1, U));  // no residual mass: p
     finish(tau, block_find(bs, t.S, U, V, [&](int64_t i) { return p_at(pos, i); }, q, pos.y,
                            rho[tau]));
@@ -327,8 +355,9 @@ class Walk {
 
   struct Test {
     bool pass = false;
-    bool complete = false;  // S and the block sums are the position's full ones
+    bool complete = false;  // S, the block sums and chk are the position's full ones
     uint64_t S = 0;
+    RowCheck chk;           // with check_: the draft row's, from the mass pass
   };
   // The stop test u_{j-1} < h_j of position j >= 1 (section 9), with its mass S_j and block
   // sums into bs as far as the test needed them.  With rho_j = 1, h_j = 1 whatever S_j is
@@ -339,9 +368,10 @@ class Walk {
     Test t;
     const int64_t j = pos.j;
     if (beta && !q) *beta = p_at(pos, pos.y);  // point-mass draft: beta = p(y)
+    RowCheck* chk = check_ ? &t.chk : nullptr;
     if (beta && q) {
       uint64_t M = 0;
-      t.S = block_mass(p_row(pos), q, pos.y, p_at(pos, pos.y), rho, r_.V, bs, &M);
+      t.S = block_mass(p_row(pos), q, pos.y, p_at(pos, pos.y), rho, r_.V, bs, &M, chk);
       *beta = rate_from_mass(M);
       t.complete = true;
       t.pass = accept_uniform(r_.seed, r_.offset, uint64_t(j - 1)) <
@@ -355,7 +385,8 @@ class Walk {
     const double u = accept_uniform(r_.seed, r_.offset, uint64_t(j - 1));
     t.complete = true;
     if (q)
-      t.S = block_mass_until(p_row(pos), q, rho, r_.V, bs, block_stop_at(u, rho), &t.complete);
+      t.S = block_mass_until(p_row(pos), q, rho, r_.V, bs, block_stop_at(u, rho), &t.complete,
+                             chk);
     else
       t.S = block_mass(p_row(pos), q, pos.y, p_at(pos, pos.y), rho, r_.V, bs, nullptr);
     t.pass = !t.complete || u < block_stop_probability(t.S, rho);
@@ -390,7 +421,7 @@ class Walk {
     const float* q = q_row(pos);
     if (!q) return 0.0f;
     uint64_t M = 0;
-    passes().pq_masses(p_row(pos), q, 0.0, r_.V, nullptr, false, &M);
+    passes().pq_masses(p_row(pos), q, 0.0, r_.V, nullptr, false, &M, nullptr);
     return rate_from_mass(M);
   }
 
@@ -399,7 +430,14 @@ class Walk {
     if (token >= 0 && token < r_.V && j <= a_.max_k) {
       out_[j] = int32_t(token);
       a_.out_valid[b_] = 1;
+      if (row_bad_ && j < r_.block.kb && draft_bad_ < 0) draft_bad_ = j;  // the drawn row
     }
+  }
+
+  // The check of a q_j(y_j) the walk read at an accepted position j (reference
+  // checks.draft_value_ok: finite and in [0, 1]); positions come in increasing order.
+  void check_value(int64_t j, float q_y) {
+    if (check_ && draft_bad_ < 0 && !(q_y >= 0.0f && q_y <= 1.0f)) draft_bad_ = j;
   }
 
   const VerifyArgs& a_;
@@ -408,6 +446,9 @@ class Walk {
   int32_t* out_;
   int64_t b_;
   float* rates_ = nullptr;
+  bool check_ = false;               // the draft_probs check runs (out_draft_bad, see above)
+  bool row_bad_ = false;             // the residual draw's row failed it
+  int64_t draft_bad_ = -1;           // the check's answer
   bool block_rows_ = false;          // rows go to slots (block mode: row_buf)
   int scan_slot_ = 0;                // block mode: the slot of the row being scanned
   std::vector<Position> positions_;  // block mode: every position read

@@ -2,7 +2,7 @@
 
 Each function has exactly the signature of ``specops.backends.reference`` and returns the
 same values bit for bit.  Each native call takes its fields by keyword (see
-csrc/bindings.cpp; a missing or unknown name is a ValueError there).  Per-request parameters
+csrc/bindings/fields.h; a missing or unknown name is a ValueError there).  Per-request parameters
 (inv_temp, top_k, top_p, min_p, seed, offset) may be Python numbers shared by every request:
 the native code stores them in the call's own Scalars, so a scalar costs no tensor at all.
 Tensors are passed as small tuples of integers: a matrix view ``(address, dtype code, rows,
@@ -29,8 +29,8 @@ import torch
 
 import specops._C as _C
 from specops import _cache
+from specops.backends import native
 from specops._contract import IID_METHODS, TRAVERSAL_METHODS
-from specops._sgl_tree import malformed_sgl_requests
 from specops.reference.coins import ACC_CAP, check_thresholds
 from specops.backends.registry import BackendUnavailable
 
@@ -44,9 +44,8 @@ try:  # the variable is read once, when _C loads; checked here once, not per cal
 except ValueError as exc:
     raise CpuIsaError(f"specops cpu backend: {exc}") from None
 
-if getattr(_C, "BINDING_VERSION", None) != 2:
-    raise ImportError("specops._C was built from other sources than specops/backends/cpu.py "
-                      "(BINDING_VERSION differs): rebuild it with `pip install -e .`")
+if native.stale(_C):
+    raise ImportError(native.stale(_C))
 
 _MAT_DTYPES = {torch.float32: 0, torch.bfloat16: 1, torch.float16: 2}
 _F32, _I32, _I64 = 0, 3, 4
@@ -130,10 +129,12 @@ def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start
            draft, draft_is_probs, inv_temp, top_k, top_p, min_p, seed, offset, max_k,
            method="token", want_rates=False, check_draft=False, forced_num_accepted=None,
            native=None):
-    """``native`` (bench: the kernel timed alone) is called instead of ``_C.verify`` with the
+    """-> (token_ids, num_accepted, valid), then accept_rates with ``want_rates``, then
+    draft_bad [B] int32 with ``check_draft`` (the default draft_probs check, made by the
+    native walk in the passes that read the values: reference ``walk.draft_check``).
+    ``native`` (bench: the kernel timed alone) is called instead of ``_C.verify`` with the
     same keyword fields; then (its result, the tensors the fields point into, the outputs a
-    call writes) is returned.  ``check_draft``: not yet reported by the native walk (the
-    op computes it from the outputs)."""
+    call writes) is returned."""
     keep: list = []  # converted copies, alive until the call returns
     target_is_probs, draft_is_probs = bool(target_is_probs), bool(draft_is_probs)
     tgt = _matrix(target, target_is_probs, keep)
@@ -153,6 +154,7 @@ def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start
     nacc = torch.empty(B, dtype=torch.int32)
     valid = torch.empty(B, dtype=torch.bool)
     rates = torch.empty(B, max_k, dtype=torch.float32) if want_rates else None
+    bad = torch.empty(B, dtype=torch.int32) if check_draft else None
     # Fields by keyword, in the order the binding reads them (any order works; this one makes
     # each lookup a single compare).  A per-request parameter that is already a Python float /
     # int goes in as it is (the engine's common call, spared a function call per parameter).
@@ -175,8 +177,10 @@ def verify(target, target_is_probs, target_row_start, draft_ids, draft_row_start
         block=method == "block",
         out_tokens=tok.data_ptr(), out_num_accepted=nacc.data_ptr(),
         out_valid=valid.data_ptr(), out_rates=0 if rates is None else rates.data_ptr(),
-        threads=torch.get_num_threads())
+        out_draft_bad=0 if bad is None else bad.data_ptr(), threads=torch.get_num_threads())
     outs = (tok, nacc, valid) if rates is None else (tok, nacc, valid, rates)
+    if bad is not None:
+        outs += (bad,)
     if native is not None:
         return r, keep + [target, draft], outs
     del keep
@@ -252,7 +256,9 @@ def verify_tree(target, target_is_probs, node_ids, parents, num_nodes, draft, dr
 
 def coin_walk(target, candidates, next_token, next_sibling, coins, final_coins, max_depth,
               threshold_single, threshold_acc):
-    """The caller-coin walk (section 13) by ``csrc/verify/coins.cpp`` on CPU tensors."""
+    """The caller-coin walk (section 13) by ``csrc/verify/coins.cpp`` on CPU tensors; the
+    kernel finds the malformed requests (``specops._sgl_tree.malformed_sgl_requests``)
+    itself and emits nothing for them."""
     B, N, V = target.shape
     D = int(max_depth)
     th = check_thresholds(threshold_single, threshold_acc)
@@ -263,11 +269,11 @@ def coin_walk(target, candidates, next_token, next_sibling, coins, final_coins, 
     nodes = torch.empty(B, max(D, 1), dtype=torch.int32)
     valid = torch.empty(B, dtype=torch.uint8)
     acc = 1.0 if th.exact or th.acc >= 1.0 else max(th.acc, ACC_CAP)
-    _C.coin_walk(*(t.data_ptr() for t in keep), B, N, V, D, not th.exact, th.single, acc,
-                 tokens.data_ptr(), nacc.data_ptr(), nodes.data_ptr(), valid.data_ptr(),
-                 torch.get_num_threads())
-    bad = malformed_sgl_requests(next_token, next_sibling, candidates, D, V)
-    tokens[bad] = -1
-    nacc[bad] = 0
-    nodes[bad] = -1
-    return tokens, nacc, nodes[:, :D], valid.bool() & ~bad
+    _C.coin_walk(B=B, N=N, V=V, max_depth=D, target=keep[0].data_ptr(),
+                 candidates=keep[1].data_ptr(), next_token=keep[2].data_ptr(),
+                 next_sibling=keep[3].data_ptr(), coins=keep[4].data_ptr(),
+                 final_coins=keep[5].data_ptr(), relaxed=not th.exact, single=float(th.single),
+                 acc_scale=float(acc), out_tokens=tokens.data_ptr(),
+                 out_num_accepted=nacc.data_ptr(), out_nodes=nodes.data_ptr(),
+                 out_valid=valid.data_ptr(), threads=torch.get_num_threads())
+    return tokens, nacc, nodes[:, :D], valid.bool()

@@ -5,8 +5,9 @@ Each wrapper computes exactly what the torch code of ``specops.distributed``'s
 holds them equal at every ISA level), in one native pass per row instead of a chain of eager
 operations.  The collectives stay in torch.distributed; CUDA shards keep the torch path.
 
-The buffers are passed by address: every wrapper checks the dtype, device and layout of what
-it hands over and keeps the tensors alive for the call."""
+The buffers are passed by address, every field by name (csrc/bindings/shard.cpp): every
+wrapper checks the dtype, device and layout of what it hands over and keeps the tensors alive
+for the call."""
 from __future__ import annotations
 
 import threading
@@ -14,11 +15,15 @@ from typing import NamedTuple, Optional
 
 import torch
 
+from specops.backends import native
+
 try:
     import specops._C as _C
-    _HAS = hasattr(_C, "shard_stats")
 except ImportError:                 # the C++ extension is not built: the torch path only
-    _C, _HAS = None, False
+    _C = None
+if _C is not None and native.stale(_C):
+    raise ImportError(native.stale(_C))
+_HAS = _C is not None
 
 _ENABLED = [True]                   # tests switch the torch path on for a comparison
 

@@ -298,3 +298,187 @@ def test_device_walks_read_no_host_values():
                                                     0.7, backend=backend, validate=False)
         assert not seen, (backend, seen)
         assert all(torch.equal(g, w) for g, w in zip(got, want)), backend
+
+
+# ----------------------------------------------------------------------------- malformed links
+def _present(nt, ns, max_depth):
+    """{slot: tree depth} of the present slots of one well-linked request (reachable from the
+    root through links, depth <= max_depth; a child link adds 1, a sibling link 0), written
+    out here independently of specops._sgl_tree."""
+    seen, todo = {0: 0}, [0]
+    while todo:
+        n = todo.pop()
+        d = seen[n]
+        for t, dt in ((nt[n], d + 1), (ns[n], d)):
+            if t >= 0 and t not in seen and dt <= max_depth:
+                seen[t] = dt
+                todo.append(t)
+    return seen
+
+
+# kind: (what is done to a well-formed request, malformed afterwards?)
+MALFORMED_KINDS = {
+    "none": False,
+    "link_out_of_range": True,       # a link < -1 or >= N, at any slot (present or not)
+    "double_target": True,           # two links into one node
+    "link_to_root": True,
+    "cycle_through_tree": True,      # a present node linked back to an ancestor
+    "cycle_among_absent": False,     # two unreachable slots linked to each other
+    "candidate_present": True,       # a present node's candidate outside [0, V)
+    "candidate_absent": False,       # an unreachable slot's candidate outside [0, V)
+    "candidate_too_deep": False,     # a node below max_depth: absent
+    "candidate_root": False,         # the root's candidate is never read
+    "candidate_root_sibling": True,  # the root's sibling is present (depth 0)
+}
+
+
+def _malformed_request(rng, kind, N, V):
+    """(nt, ns, cand, max_depth) of one request with the defect ``kind``, or None where this
+    N has no room for it."""
+    for _ in range(50):
+        nt, ns = random_sgl_tree(rng, N)
+        D = rng.randrange(N)
+        cand = [rng.randrange(V) for _ in range(N)]
+        present = _present(nt, ns, D)
+        absent = [s for s in range(1, N) if s not in _present(nt, ns, N)]
+        targets = {t for t in nt + ns if t >= 0}
+        links = [(row, s) for row in (nt, ns) for s in range(N)]
+        big = rng.choice([-2, -7, N, N + 5, 2 ** 40, -2 ** 62])
+        if kind == "none":
+            pass
+        elif kind == "link_out_of_range":
+            row, s = rng.choice(links)
+            row[s] = big
+        elif kind == "double_target":
+            free = [(row, s) for row, s in links if row[s] < 0]
+            used = sorted(targets)
+            if not (free and used):
+                continue
+            row, s = rng.choice(free)
+            row[s] = rng.choice(used)
+        elif kind == "link_to_root":
+            row, s = rng.choice(links)
+            row[s] = 0
+        elif kind == "cycle_through_tree":
+            deep = [s for s in present if s != 0]
+            if not deep:
+                continue
+            s = rng.choice(deep)
+            row = rng.choice((nt, ns))
+            if row[s] >= 0:
+                continue
+            row[s] = rng.choice([t for t in present if t != 0])  # already a target
+        elif kind == "cycle_among_absent":
+            free = [s for s in absent if nt[s] < 0 and ns[s] < 0 and s not in targets]
+            if len(free) < 2:
+                continue
+            a, b = rng.sample(free, 2)
+            nt[a], ns[b] = b, a
+        elif kind == "candidate_present":
+            deep = [s for s in present if s != 0]
+            if not deep:
+                continue
+            cand[rng.choice(deep)] = rng.choice([-1, V, V + 9, -2 ** 40])
+        elif kind == "candidate_absent":
+            if not absent:
+                continue
+            cand[rng.choice(absent)] = rng.choice([-1, V, 2 ** 40])
+        elif kind == "candidate_too_deep":
+            deep = [s for s, d in _present(nt, ns, N).items() if d > D]
+            if not deep:
+                continue
+            cand[rng.choice(deep)] = rng.choice([-1, V])
+        elif kind == "candidate_root":
+            cand[0] = rng.choice([-1, V, 2 ** 40])
+        elif kind == "candidate_root_sibling":
+            free = [s for s in absent if s not in targets]
+            if ns[0] >= 0 or not free:
+                continue
+            s = rng.choice(free)
+            ns[0] = s
+            cand[s] = rng.choice([-1, V])
+        return nt, ns, cand, D
+    return None
+
+
+def _walk(backend, target, cand, nt, ns, u, uf, D, ts, ta):
+    from specops.ops import library
+    return library.run_coin_walk(target, cand, nt, ns, u, uf, D, ts, ta, backend, True)
+
+
+@pytest.mark.parametrize("ts,ta", [(1.0, 1.0), (0.9, 0.7)])
+def test_cpp_walk_guards_malformed_requests(ts, ta, isa):
+    """The C++ walk finds the malformed requests itself (``specops::coin_walk``: links
+    outside [-1, N), a node the target of two links, a link to the root, a present node's
+    candidate outside [0, V)) and emits nothing for them, with no out-of-bounds read and no
+    endless loop on cycles; every other request is walked as usual.  Random and targeted
+    defects, at present and absent nodes, against the reference backend, at every ISA level.
+    Catches a guard that misses a defect, refuses a legal tree (a cycle among unreachable
+    slots, a bad candidate below max_depth, at the root or at an unreachable slot), or skips
+    the root's own sibling link."""
+    rng = random.Random(21)
+    gen = torch.Generator().manual_seed(21)
+    seen = {kind: 0 for kind in MALFORMED_KINDS}
+    for trial in range(40):
+        N, V = rng.randint(1, 9), rng.choice([3, 17])
+        reqs = []
+        for kind in rng.sample(list(MALFORMED_KINDS), 6):
+            r = _malformed_request(rng, kind, N, V)
+            if r is not None:
+                reqs.append((kind, r))
+                seen[kind] += 1
+        if not reqs:
+            continue
+        B = len(reqs)
+        nt = torch.tensor([r[0] for _, r in reqs])
+        ns = torch.tensor([r[1] for _, r in reqs])
+        cand = torch.tensor([r[2] for _, r in reqs])
+        D = min(r[3] for _, r in reqs)
+        target = random_probs(gen, (B, N, V), scale=1.0 + trial % 3)
+        u, uf = torch.rand(B, N, generator=gen), torch.rand(B, generator=gen)
+        want = _walk("reference", target, cand, nt, ns, u, uf, D, ts, ta)
+        got = _walk("cpu", target, cand, nt, ns, u, uf, D, ts, ta)
+        for g, w, name in zip(got, want, ("tokens", "num_accepted", "nodes", "valid")):
+            assert g.dtype == w.dtype and torch.equal(g, w), (trial, name, g, w)
+        for b, (kind, r) in enumerate(reqs):
+            if MALFORMED_KINDS[kind] and r[3] == D:
+                # (a smaller max_depth of the batch can make a present node absent)
+                assert not bool(want[3][b]) and int(want[1][b]) == 0, (trial, kind)
+                assert bool((want[0][b] == -1).all()), (trial, kind)
+    assert min(seen.values()) >= 3, seen
+
+
+def test_cpp_walk_targeted_malformed_links(isa):
+    """Hand-made requests (N = 4, V = 5): each defect alone, next to well-formed ones,
+    exactly as the reference backend decides them."""
+    N, V = 4, 5
+    base_nt, base_ns = [1, 3, -1, -1], [-1, 2, -1, -1]   # 0 -> (1, 2), 1 -> 3
+    cases = {   # name: (nt, ns, cand, malformed)
+        "ok": (base_nt, base_ns, [0, 1, 2, 3], False),
+        "self_loop": ([1, 1, -1, -1], base_ns, [0, 1, 2, 3], True),
+        "sibling_cycle": (base_nt, [-1, 2, 1, -1], [0, 1, 2, 3], True),
+        "to_root": (base_nt, [-1, 2, 0, -1], [0, 1, 2, 3], True),
+        "link_N": ([1, 3, -1, N], base_ns, [0, 1, 2, 3], True),
+        "link_minus_2": (base_nt, [-1, 2, -2, -1], [0, 1, 2, 3], True),
+        "absent_cycle": ([1, -1, -1, 2], [-1, -1, 3, -1], [0, 1, 2, 3], False),
+        "bad_present": (base_nt, base_ns, [0, 1, 2, V], True),
+        "bad_root": (base_nt, base_ns, [-1, 1, 2, 3], False),
+        "bad_absent": ([1, -1, -1, -1], base_ns, [0, 1, 2, -7], False),
+    }
+    names = list(cases)
+    nt = torch.tensor([cases[n][0] for n in names])
+    ns = torch.tensor([cases[n][1] for n in names])
+    cand = torch.tensor([cases[n][2] for n in names])
+    B = len(names)
+    gen = torch.Generator().manual_seed(4)
+    target = random_probs(gen, (B, N, V))
+    u, uf = torch.rand(B, N, generator=gen), torch.rand(B, generator=gen)
+    for D in (1, 2, 3):
+        want = _walk("reference", target, cand, nt, ns, u, uf, D, 1.0, 1.0)
+        got = _walk("cpu", target, cand, nt, ns, u, uf, D, 1.0, 1.0)
+        for g, w in zip(got, want):
+            assert torch.equal(g, w), (D, names, g, w)
+        for b, name in enumerate(names):
+            # (node 3 of "bad_present" is at depth 2: absent, and legal, at max_depth 1)
+            malformed = cases[name][3] and not (name == "bad_present" and D < 2)
+            assert bool(want[3][b]) != malformed, (D, name)
