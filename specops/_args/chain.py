@@ -158,9 +158,10 @@ def _extents(*tensors) -> tuple:
 
 
 def _check_storages(lay: Layout, *tensors) -> None:
+    """A cached layout's storages (never while tracing: the cache is not used then)."""
     for name, t, need in zip(_STORAGE_ARGS, tensors, lay.extents):
         if need:
-            check_storage(name, t, need)
+            check_storage(name, t, need, graph=False)
 
 
 def _check_flattened(tname, target, draft_token_ids, draft, dname, cu_num_draft_tokens,
@@ -296,7 +297,8 @@ def prepare(*, target_logits=None, draft_token_ids=None, draft_probs=None, targe
         ids = ids.to(torch.int64)
     params = sampling_params(temperature, top_k, top_p, min_p, B, device, is_probs, validate,
                              graph)
-    seed_t, offset_t = seeds(seed, offset, generator, B, device, params.all_greedy, validate)
+    seed_t, offset_t = seeds(seed, offset, generator, B, device, params.all_greedy, validate,
+                             graph)
     a = Canonical(target2, is_probs, target_row_start, ids, draft_row_start, num_draft,
                   draft2, draft_probs is not None, params.inv_temp, params.top_k,
                   params.top_p, params.min_p, seed_t, offset_t, max_k, not lay.flat)

@@ -95,10 +95,12 @@ def extent_bytes(t: torch.Tensor) -> int:
     return (sum((n - 1) * s for n, s in zip(t.shape, t.stride())) + 1) * t.element_size()
 
 
-def check_storage(name, t: torch.Tensor, extent: Optional[int] = None) -> None:
+def check_storage(name, t: torch.Tensor, extent: Optional[int] = None,
+                  graph: Optional[bool] = None) -> None:
     """The tensor's storage holds every element its shape and strides address (a storage
-    freed or resized under a tensor, as FSDP-style code does, would be read past its end)."""
-    if tracing():                               # (torch.compile / capture: no storage here)
+    freed or resized under a tensor, as FSDP-style code does, would be read past its end).
+    ``graph``: the caller's ``tracing()`` (a traced tensor has no storage to check)."""
+    if tracing() if graph is None else graph:
         return
     need = extent_bytes(t) if extent is None else extent
     if need and t.untyped_storage().nbytes() - t.storage_offset() * t.element_size() < need:
@@ -189,7 +191,7 @@ def _sequence(name, value) -> torch.Tensor:
 
 
 def per_request(name, value, B, dtype, device, rng: Optional[Range], scalars=False,
-                validate=None):
+                validate=None, graph=None):
     """A scalar, a [B] tensor, or a sequence / numpy array of B numbers -> [B] tensor of
     ``dtype`` on ``device``, range-checked as ``validate`` allows (``scalars``: a Python
     scalar stays a checked Python number)."""
@@ -207,7 +209,7 @@ def per_request(name, value, B, dtype, device, rng: Optional[Range], scalars=Fal
             raise TypeError(f"{name} must be a dense (strided) tensor, got layout "
                             f"{value.layout}")
         if type(value) is torch.Tensor:
-            check_storage(name, value)
+            check_storage(name, value, graph=graph)
         if not dtype.is_floating_point and value.dtype.is_floating_point:
             raise TypeError(f"{name} must hold integers, got {value.dtype}")
         vdev = value.device
@@ -353,7 +355,7 @@ def check_generator(generator) -> None:
                         f"{type(generator).__name__}")
 
 
-def seeds(seed, offset, generator, B, device, all_greedy, validate=None):
+def seeds(seed, offset, generator, B, device, all_greedy, validate=None, graph=None):
     """-> (seed, offset): [B] int64 tensors, or Python ints for scalar arguments."""
     if type(seed) is int and type(offset) is int and generator is None and \
             -(2 ** 63) <= seed < 2 ** 63 and -(2 ** 63) <= offset < 2 ** 63:
@@ -369,9 +371,9 @@ def seeds(seed, offset, generator, B, device, all_greedy, validate=None):
             seed_t = torch.randint(-(2 ** 63), 2 ** 63 - 1, (B,), generator=generator,
                                    dtype=torch.int64, device=gdev).to(device)
     else:
-        seed_t = per_request("seed", seed, B, torch.int64, device, None, True, validate)
+        seed_t = per_request("seed", seed, B, torch.int64, device, None, True, validate, graph)
     offset_t = per_request("offset", 0 if offset is None else offset, B, torch.int64, device,
-                           None, True, validate)
+                           None, True, validate, graph)
     return seed_t, offset_t
 
 
