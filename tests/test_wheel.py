@@ -230,7 +230,7 @@ C.verify(B=B, max_k=K, target_is_probs=False,
          draft=None, num_ids=B * K, inv_temp=d["inv_temp"], top_k=0, top_p=1.0, min_p=0.0,
          forced_num_accepted=None, block=False, out_tokens=ctypes.addressof(tok),
          out_num_accepted=ctypes.addressof(nacc), out_valid=ctypes.addressof(valid),
-         out_rates=0, threads=2, **col)
+         out_rates=0, out_draft_bad=0, threads=2, **col)
 print(json.dumps({"tokens": list(tok), "num_accepted": list(nacc), "valid": list(valid),
                   "loaded": sorted(m for m in ("torch", "numpy") if m in sys.modules)}))
 """

@@ -9,6 +9,10 @@
 
 #include "simd/passes.h"
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <cpuid.h>
+#endif
+
 namespace specops {
 namespace {
 
@@ -20,19 +24,48 @@ struct Level {
 
 bool always() { return true; }
 #if defined(__x86_64__) || defined(__i386__)
-bool cpu_sse2() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("sse2");
+// The CPU's features from cpuid directly (not __builtin_cpu_supports: zig's runtime, which
+// the portable wheel is built with, has only an all-zero stub of the table behind it).  AVX2
+// and AVX-512 count only when the OS saves their register state (XCR0), as libgcc's table.
+struct CpuFeatures {
+  bool sse2 = false, avx2 = false, popcnt = false, avx512f = false, avx512dq = false;
+};
+
+unsigned long long xgetbv0() {
+  unsigned int eax, edx;
+  __asm__ volatile(".byte 0x0f, 0x01, 0xd0" : "=a"(eax), "=d"(edx) : "c"(0));  // xgetbv
+  return (static_cast<unsigned long long>(edx) << 32) | eax;
 }
-bool cpu_avx2() {
-  __builtin_cpu_init();
-  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
+
+CpuFeatures read_cpu() {
+  CpuFeatures f;
+  unsigned int max_leaf, eax, ebx, ecx, edx;
+  if (!__get_cpuid(0, &max_leaf, &ebx, &ecx, &edx) || max_leaf < 1) return f;
+  __cpuid(1, eax, ebx, ecx, edx);
+  f.sse2 = edx & (1u << 26);
+  f.popcnt = ecx & (1u << 23);
+  const bool osxsave = ecx & (1u << 27);
+  const unsigned long long xcr0 = osxsave ? xgetbv0() : 0;
+  const bool ymm = osxsave && (xcr0 & 0x6) == 0x6;    // XMM and YMM state
+  const bool zmm = ymm && (xcr0 & 0xe0) == 0xe0;      // + opmask, ZMM_Hi256, Hi16_ZMM
+  if (max_leaf >= 7) {
+    unsigned int ebx7, ecx7, edx7;
+    __cpuid_count(7, 0, eax, ebx7, ecx7, edx7);
+    f.avx2 = ymm && (ebx7 & (1u << 5));
+    f.avx512f = zmm && (ebx7 & (1u << 16));
+    f.avx512dq = zmm && (ebx7 & (1u << 17));
+  }
+  return f;
 }
-// (libgcc reports the AVX-512 features only when the OS saves the ZMM and mask state)
-bool cpu_avx512() {
-  __builtin_cpu_init();
-  return cpu_avx2() && __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512dq");
+
+const CpuFeatures& cpu() {
+  static const CpuFeatures f = read_cpu();
+  return f;
 }
+
+bool cpu_sse2() { return cpu().sse2; }
+bool cpu_avx2() { return cpu().avx2 && cpu().popcnt; }
+bool cpu_avx512() { return cpu_avx2() && cpu().avx512f && cpu().avx512dq; }
 #else
 bool cpu_sse2() { return false; }
 bool cpu_avx2() { return false; }
