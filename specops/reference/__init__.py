@@ -27,7 +27,7 @@ Walk ``j = 0, 1, ...``:
   that is not one -- negative, NaN, logits passed as probabilities, unchecked under
   ``validate=False`` or on CUDA -- unable to get a token the target gives probability 0
   accepted.  Where values are checked the public call refuses such ``draft_probs`` rows:
-  every row the walk may read must be finite, in [0, 1] and sum to 1 within 1e-2);
+  section 8's *draft check*);
 * on the first rejection emit one token drawn from the residual
   ``r_j(x) = p_j(x) - max(q_j(x), 0) if p_j(x) > q_j(x) else 0`` (float32 subtraction) and
   stop.  (*Reading*: the ``max(q, 0)`` only matters for a malformed draft row with negative
@@ -227,6 +227,21 @@ of contract:
 
 A malformed request emits nothing: its row is all ``-1``, ``num_accepted = 0``,
 ``valid = False``, and no target or draft row of it is read.  Its neighbours are untouched.
+
+*The draft check* (``draft_probs`` values; the public call raises ``ValueError`` naming the
+row, never a backend): a *probability row* has every entry in ``[0, 1]`` (NaN fails) and its
+mass ``M = sum trunc(q * 2**32)`` (an integer sum: one decision on every backend, ISA level and
+memory layout) within ``DRAFT_MASS_TOLERANCE = trunc(1e-2 * 2**32)`` of ``2**32``.  With
+``validate=True`` every draft row the walk may read (positions before the effective block
+length) must be one, checked before the walk.  By default (``validate=None``, CPU tensors) the
+walk checks what it reads anyway, and the call raises after it, before returning
+(``walk.draft_check``, the op's ``check_draft`` / ``draft_bad``): ``q_j(y_j)`` of every accepted
+position ``j < num_accepted`` must be finite and in ``[0, 1]``, and the whole row of the position
+whose token was drawn from the residual (``num_accepted < kb`` in a valid request) must be a
+probability row; greedy requests, bonus draws, point-mass and logits drafts and the forced mode
+check nothing (a greedy request never reads q).  With ``validate=False`` nothing is checked and
+section 1's guards hold.  (A backend may decide the row rule by any exact means: the C++ pass
+bounds a float32 lane sum and rescans only rows near the tolerance edge.)
 In ``sampling_probs`` a row whose own parameters are malformed (the first two bullets) is
 invalid: zeros and ``valid = False``.
 
