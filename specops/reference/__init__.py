@@ -14,7 +14,7 @@ Where the code lives (every name is re-exported here, ``specops.reference.X``):
 ``walk`` (``verify_rows_ref``: the token, forced and block walks, sections 1, 7, 9),
 ``law`` (the exact laws by enumeration), ``tree`` and ``tree_law`` (section 11), ``coins``
 (section 13), ``traversal`` and ``traversal_law`` (section 14), ``gbv`` and ``gbv_law``
-(section 15).
+(section 15), ``penalties`` (section 16).
 
 1. The job
 ----------
@@ -671,6 +671,41 @@ Markov model (L = 2): GBV 1.635 / 1.368 / 1.211 at K = 2 / 3 / 4, block 1.710, t
 1.746 / 1.775 / 1.798; rows where p and q differ (K = 2, L = 2, V = 3): GBV 1.505, 1.552, block
 1.195, 1.225, traversal_iid 1.311, 1.403.
 
+16. Grammar masks and penalties (code in ``specops/reference/penalties.py``)
+--------------------------------------------------------------------------
+An engine's structured-output mask and vLLM's penalties adjust each *target* row before
+section 2's transform, as a function of that row's own prefix; the draft rows are never adjusted
+(q is the law the drafts were drawn from, which is what section 1 needs).  So every method
+(sections 1, 9, 11, 14, 15) verifies against the adjusted target unchanged, and its output is
+distributed as sampling the adjusted target autoregressively.
+
+*Inputs.*  ``allowed_token_bitmask`` int32, one row per target row (padded ``[B, K+1, W]``,
+flattened ``[T + B, W]``, trees ``[B, N, W]``; ``W = ceil(V / 32)``; xgrammar's and vLLM's
+layout): bit j of word w allows token ``32 w + j`` (bits at or past V ignored).  Row r is the
+mask after row r's own drafted prefix.  ``repetition_penalty`` (1 = off), ``presence_penalty``,
+``frequency_penalty`` (0 = off): numbers or [B].  ``prompt_token_ids``, ``output_token_ids``
+``[B, *]`` int64, -1 padded: the committed history (the output so far, drafts excluded).
+
+*The history of a row*: the output ids plus the drafts before the row -- a chain's row j counts
+``y_0..y_{j-1}``; a tree node's row counts the tokens of its path from the root (its ancestors'
+and its own; the root's id is not a draft).  ``count(x)`` = occurrences of x in the history;
+``seen(x)``: x is in the prompt or ``count(x) > 0``.
+
+*The adjusted logits* (float32, every operation rounded, in this order; vLLM's):
+``x = l / rep`` if ``l > 0`` else ``l * rep``, on seen tokens (``rep != 1``); then
+``x = x - float32(freq) * float32(count)``; then ``x = x - pres`` where ``count > 0``; then a
+token the mask forbids gets ``x = -inf``.  Section 2 then runs on x (temperature, top-k, top-p,
+min-p, the masses) and section 3's validity applies to x (so a NaN at a forbidden token is gone;
+a row whose allowed tokens are all -inf is invalid).  Greedy: the argmax of x.  A draft the mask
+forbids has ``p(y) = 0``: the ordinary rule rejects it and the residual is
+``norm(max(0, p_masked - q))`` -- never "drop the draft and sample the masked target" (inexact for
+a q that is not one-hot: q = (1/2, 1/4, 1/4) with token 2 forbidden gives (5/8, 3/8) instead of
+the target's (1/2, 1/2)).
+
+*Malformed requests* (section 8): masks or penalties with ``target_probs``; ``rep`` not finite
+and > 0, ``pres`` or ``freq`` not finite; a history id outside ``[-1, V)``; a target row the walk
+may read that allows no token (a chain's rows ``j <= kb``, a tree's present nodes).
+
 The reference itself is written for clarity (a loop over requests, numpy per row); it is the
 oracle, not a fast path.
 """
@@ -696,6 +731,7 @@ from .traversal_law import exact_traversal_law
 from .gbv import check_gbv_trees, gbv_shape_error, verify_gbv_ref
 from .gbv_law import exact_gbv_law, expected_accepted
 from .walk import _block_length, verify_rows_ref
+from .penalties import adjusted_tree_walk, allowed_tokens, mask_words
 
 __all__ = [
     "logits_row_valid", "params_ok", "probs_row_valid", "request_ok", "E_SCALE_BITS",
@@ -711,5 +747,5 @@ __all__ = [
     "top_p_threshold", "transform_row", "verify_tree_ref", "exact_tree_law",
     "verify_traversal_ref", "exact_traversal_law", "check_gbv_trees", "gbv_shape_error",
     "verify_gbv_ref", "exact_gbv_law", "expected_accepted", "_block_length",
-    "verify_rows_ref"
+    "verify_rows_ref", "adjusted_tree_walk", "allowed_tokens", "mask_words"
 ]

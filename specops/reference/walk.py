@@ -18,6 +18,7 @@ import numpy as np
 from .checks import draft_row_ok, draft_value_ok, request_ok
 from .draw import (accept_rate, block_draw_weights, block_next_rho, block_stop_probability,
                    block_weights, draw_from, draw_index, integer_weights, residual_row)
+from .penalties import adjust_of, adjust_ok
 from .philox import accept_uniform, sample_uniform64
 from .transform import argmax_row, target_row, transform_row
 
@@ -41,8 +42,9 @@ class Rows:
     as sections 2-3 say), its block ``ids`` (length ``kb``), ``oob`` and its stream."""
 
     def __init__(self, target, target_is_probs, t0, draft, draft_is_probs, d0, ids, oob,
-                 params, seed, offset):
+                 params, seed, offset, adjust=None):
         self.target, self.target_is_probs, self.t0 = target, target_is_probs, t0
+        self.adjust = adjust                  # section 16's masks and penalties (or None)
         self.draft, self.draft_is_probs, self.d0 = draft, draft_is_probs, d0
         self.ids, self.kb, self.oob = ids, len(ids), oob
         self.params = params
@@ -54,7 +56,10 @@ class Rows:
         """p_j, or None if the row is invalid (section 3) or outside the tensor."""
         if not 0 <= self.t0 + j < len(self.target):
             return None
-        return target_row(self.target[self.t0 + j], self.target_is_probs, self.params)
+        row = self.target[self.t0 + j]
+        if self.adjust is not None:         # the drafts before row j are its history
+            row = self.adjust.row(self.t0 + j, row, [int(y) for y in self.ids[:j]])
+        return target_row(row, self.target_is_probs, self.params)
 
     def draft_q(self, j):
         """q_j (float32 [V]), NaN everywhere for an invalid draft-logits row, or None for
@@ -192,7 +197,9 @@ def draft_check(rows: Rows, n: int, valid: bool) -> int:
 def verify_rows_ref(target, target_is_probs, target_row_start, draft_ids, draft_row_start,
                     num_draft, draft, draft_is_probs, inv_temp, top_k, top_p, min_p,
                     seed, offset, max_k, forced_num_accepted=None, method: str = "token",
-                    want_rates: bool = False, check_draft: bool = False):
+                    want_rates: bool = False, check_draft: bool = False,
+                    allowed_token_bitmask=None, repetition_penalty=None, presence_penalty=None,
+                    frequency_penalty=None, prompt_token_ids=None, output_token_ids=None):
     """The one verification walk every backend implements (flattened layout, section 7).
 
     target [N, V] (float logits or float32 probs), request b's row j is
@@ -203,7 +210,9 @@ def verify_rows_ref(target, target_is_probs, target_row_start, draft_ids, draft_
     (section 9).  Returns numpy (token_ids [B, max_k + 1] int32, num_accepted [B] int32,
     valid [B] bool), then accept_rates [B, max_k] float32 (section 10) with ``want_rates``,
     then draft_bad [B] int32 (``draft_check``; -1 everywhere in the forced mode) with
-    ``check_draft``.
+    ``check_draft``.  Section 16: ``allowed_token_bitmask`` [N, W] int32 (the target's rows),
+    the penalties [B] and the committed ``prompt_token_ids`` / ``output_token_ids`` [B, *]
+    (-1 padded) adjust the target rows.
     """
     target = np.asarray(target)
     V = target.shape[-1]
@@ -224,8 +233,16 @@ def verify_rows_ref(target, target_is_probs, target_row_start, draft_ids, draft_
             continue                                      # malformed: nothing emitted
         kb, oob = _block_length(draft_ids, d0, int(num_draft[b]), V, n_draft_rows)
         ids = draft_ids[d0:d0 + kb] if kb else draft_ids[:0]
+        adjust = adjust_of(b, V, allowed_token_bitmask, None, repetition_penalty,
+                           presence_penalty, frequency_penalty, prompt_token_ids,
+                           output_token_ids)
+        if adjust is not None and not adjust_ok(adjust, target_is_probs, params, b,
+                                                prompt_token_ids, output_token_ids,
+                                                [t0 + j for j in range(kb + 1)
+                                                 if 0 <= t0 + j < len(target)]):
+            continue                                      # malformed (section 16)
         rows = Rows(target, target_is_probs, t0, draft, draft_is_probs, d0, ids, oob, params,
-                    int(seed[b]), int(offset[b]))
+                    int(seed[b]), int(offset[b]), adjust)
         rates_b = rates[b] if want_rates else None
         if forced_num_accepted is not None:
             result = forced_walk(rows, int(forced_num_accepted[b]))
